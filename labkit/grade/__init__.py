@@ -1,0 +1,1 @@
+"""The instructor's side: generate learner notebooks, restore check cells, grade submissions."""
