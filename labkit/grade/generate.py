@@ -7,7 +7,8 @@ In a solution notebook, solution code sits between ``### BEGIN SOLUTION`` and
   ``# YOUR CODE HERE`` line that says roughly how many lines the solution took;
 * at top level: ``name = None`` for every name the solution assigns, so a check can tell a
   missing answer from a wrong one;
-* lines in the region written ``# STUB: code`` replace all of that with ``code``.
+* lines in the region written ``# STUB: code`` replace all of that with ``code``;
+* in a markdown cell (a written answer) the region becomes *Write your answer here.*
 
 Both kinds of notebook are stored without outputs. A check cell is a code cell tagged
 ``check`` whose metadata ``labkit.exercise`` names its exercise; its cell id is
@@ -146,7 +147,17 @@ def learner_version(solution: nbformat.NotebookNode) -> nbformat.NotebookNode:
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.source = strip_solutions(cell.source)
+        elif cell.cell_type == "markdown" and BEGIN in cell.source:
+            cell.source = strip_markdown_solutions(cell.source)
     return nb
+
+
+def strip_markdown_solutions(source: str) -> str:
+    """In a markdown cell, a marked region (a written answer) becomes a prompt."""
+    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+    if source.count(BEGIN) != source.count(END):
+        raise NotebookFormatError("unbalanced solution markers in a markdown cell")
+    return pattern.sub("*Write your answer here.*", source)
 
 
 def render(nb: nbformat.NotebookNode) -> str:
@@ -196,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for p in problems:
-        print(("stale: " if args.check else "wrote: ") + p)
+        print(("stale: " if args.check else "updated: ") + p.split(" (run")[0])
     if args.check and problems:
         return 1
     print(f"{len(list(args.solutions.glob('*.ipynb')))} notebooks "

@@ -32,6 +32,7 @@ class NotebookGrade:
     statuses: dict[str, str]              # exercise id -> pass/fail/missing/error
     messages: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    failed_cells: list[str] = field(default_factory=list)  # ids of non-check cells that failed
     seconds: float = 0.0
 
 
@@ -98,7 +99,7 @@ def grade_notebook(learner: str, path: Path, name: str, assignment: Assignment, 
         env.pop("PYTEST_ADDOPTS", None)
         cmd = [sys.executable, "-m", "pytest", "-q", "--nbval-lax", "--nbval-current-env",
                f"--nbval-cell-timeout={cell_timeout:g}", "-p", "no:xdist", "-p", "no:timeout",
-               "-W", "ignore", nb_path.name]
+               "-W", "ignore", "--junitxml=results.xml", nb_path.name]
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=tmpdir, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -110,6 +111,11 @@ def grade_notebook(learner: str, path: Path, name: str, assignment: Assignment, 
             grade.notes.append(f"{name}: stopped after the time limit of {timeout:g} s")
         grade.seconds = time.perf_counter() - start
         verdicts = _read_log(log)
+        failed = _failed_code_cells(tmpdir / "results.xml", restored.notebook)
+    grade.failed_cells = [cid for cid in failed if not cid.startswith("check-")]
+    if grade.failed_cells:
+        grade.notes.append(f"{name}: cells other than checks failed: "
+                           f"{', '.join(grade.failed_cells)}")
 
     for ex_id in ids:
         if ex_id in verdicts:
@@ -117,15 +123,34 @@ def grade_notebook(learner: str, path: Path, name: str, assignment: Assignment, 
             grade.messages[ex_id] = verdicts[ex_id]["message"]
         else:
             grade.messages[ex_id] = "the check never ran"
-    if "DeadKernelError" in output or "Kernel died" in output or "kernel died" in output:
-        grade.notes.append(f"{name}: the kernel crashed")
-    if "Timeout of" in output or "exceeded while executing cell" in output.lower():
+    crashed = any(s in output for s in ("DeadKernelError", "Kernel died", "kernel died",
+                                         "Failed to interrupt kernel"))
+    if crashed:
+        grade.notes.append(f"{name}: the kernel crashed or stopped responding")
+    elif "seconds exceeded" in output:
         grade.notes.append(f"{name}: a cell ran past the cell time limit of {cell_timeout:g} s")
     never = [i for i in ids if i not in verdicts]
     if never and proc.returncode is not None and not any("time limit" in n or "crash" in n
                                                          for n in grade.notes):
         grade.notes.append(f"{name}: checks {', '.join(never)} never ran")
     return grade
+
+
+def _failed_code_cells(junit: Path, nb: nbformat.NotebookNode) -> list[str]:
+    """Ids of the code cells nbval reported as failed (nbval names them "Cell <k>", k
+    counting code cells only)."""
+    if not junit.exists():
+        return []
+    import xml.etree.ElementTree as ET
+
+    code_ids = [c.get("id", f"#{i}") for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    failed = []
+    for case in ET.parse(junit).iter("testcase"):
+        name = case.get("name", "")
+        bad = case.find("failure") is not None or case.find("error") is not None
+        if bad and name.startswith("Cell ") and name[5:].isdigit() and int(name[5:]) < len(code_ids):
+            failed.append(code_ids[int(name[5:])])
+    return failed
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -43,19 +43,3 @@ def time_call(fn: Callable[[], object], *, repeats: int = 7, warmup: int = 1,
             fn()
         samples.append((time.perf_counter() - start) / number)
     return Timing(tuple(samples))
-
-
-def amdahl_speedup(parallel_fraction: float | np.ndarray, workers: int | np.ndarray):
-    """Amdahl's law: S(n) = 1 / ((1 - p) + p / n)  (Amdahl, AFIPS 1967).
-
-    ``parallel_fraction`` p in [0, 1] is the share of the run time that parallelizes;
-    ``workers`` n >= 1.
-    """
-    p = np.asarray(parallel_fraction, dtype=float)
-    n = np.asarray(workers, dtype=float)
-    if np.any((p < 0) | (p > 1)):
-        raise ValueError(f"parallel_fraction must be in [0, 1], got {parallel_fraction}")
-    if np.any(n < 1):
-        raise ValueError(f"workers must be >= 1, got {workers}")
-    s = 1.0 / ((1.0 - p) + p / n)
-    return float(s) if s.ndim == 0 else s

@@ -1,0 +1,61 @@
+"""Scaling laws used across chapters."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def amdahl_speedup(parallel_fraction: float | np.ndarray, workers: int | np.ndarray):
+    """Amdahl's law: S(n) = 1 / ((1 - p) + p / n)  (Amdahl, AFIPS 1967).
+
+    ``parallel_fraction`` p in [0, 1] is the share of the run time that parallelizes;
+    ``workers`` n >= 1.
+    """
+    p = np.asarray(parallel_fraction, dtype=float)
+    n = np.asarray(workers, dtype=float)
+    if np.any((p < 0) | (p > 1)):
+        raise ValueError(f"parallel_fraction must be in [0, 1], got {parallel_fraction}")
+    if np.any(n < 1):
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    s = 1.0 / ((1.0 - p) + p / n)
+    return float(s) if s.ndim == 0 else s
+
+
+@dataclass(frozen=True)
+class AmdahlCurve:
+    parallel_fraction: float
+    workers: np.ndarray
+    speedup: np.ndarray
+
+    @property
+    def ceiling(self) -> float:
+        """lim n→∞ S(n) = 1 / (1 - p)."""
+        p = self.parallel_fraction
+        return float("inf") if p == 1 else 1.0 / (1.0 - p)
+
+
+def amdahl_curve(parallel_fraction: float, max_workers: int = 1024) -> AmdahlCurve:
+    """Speedup for 1, 2, 4, ... up to ``max_workers`` workers."""
+    if not 1 <= max_workers <= 1 << 20:
+        raise ValueError(f"max_workers must be in [1, 1048576], got {max_workers}")
+    n = 2 ** np.arange(int(np.log2(max_workers)) + 1)
+    return AmdahlCurve(float(parallel_fraction), n, amdahl_speedup(parallel_fraction, n))
+
+
+def plot_amdahl(curve: AmdahlCurve, ax=None):
+    """Speedup against workers on log-log axes, with the ideal line and the ceiling."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.loglog(curve.workers, curve.workers, "--", color="0.6", label="ideal: S = n")
+    ax.loglog(curve.workers, curve.speedup, "o-", label=f"p = {curve.parallel_fraction:.2f}")
+    if np.isfinite(curve.ceiling):
+        ax.axhline(curve.ceiling, color="C3", lw=1, label=f"ceiling 1/(1-p) = {curve.ceiling:.3g}")
+    ax.set_xlabel("workers n")
+    ax.set_ylabel("speedup S(n)")
+    ax.set_title(f"Amdahl's law: S({curve.workers[-1]}) = {curve.speedup[-1]:.3g}")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    return ax.figure

@@ -1,0 +1,80 @@
+"""labkit.env, device selection, and labkit.perf (timing, Amdahl, the bench table)."""
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from labkit._device import real_gpu_count
+from labkit.env import report
+from labkit.perf import Row, amdahl_curve, amdahl_speedup, format_table, time_call
+
+
+def test_report_names_versions_and_device():
+    r = report()
+    assert r.python == sys.version.split()[0]
+    assert r.packages["torch"].startswith("2.13.0")
+    assert r.packages["numba-cuda"] != "not installed"
+    assert r.cpu_count == os.cpu_count()
+    expected = "CUDA simulator" if real_gpu_count() == 0 else None
+    if expected:
+        assert r.device == expected
+    text = str(r)
+    assert "numba" in text and "CUDA device" in text
+    assert r._repr_markdown_().startswith("| component |")
+
+
+def test_import_selects_the_simulator_before_numba_and_stays_cheap():
+    code = ("import os, sys, labkit; "
+            "print(labkit.CUDA_BACKEND, os.environ.get('NUMBA_ENABLE_CUDASIM'), "
+            "any(m in sys.modules for m in ('numba', 'torch', 'matplotlib')))")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    if real_gpu_count() == 0:
+        assert out[:2] == ["simulator", "1"]
+    assert out[2] == "False"
+
+
+def test_explicit_environment_wins():
+    code = "import labkit; print(labkit.CUDA_BACKEND)"
+    for value, want in (("1", "simulator"), ("0", "gpu")):
+        env = dict(os.environ, NUMBA_ENABLE_CUDASIM=value)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        assert out == want
+
+
+def test_amdahl_closed_forms():
+    assert amdahl_speedup(0.0, 64) == 1.0
+    assert amdahl_speedup(1.0, 64) == 64.0
+    assert math.isclose(amdahl_speedup(0.95, 1024), 1 / (0.05 + 0.95 / 1024))
+    assert math.isclose(amdahl_speedup(0.5, 2), 4 / 3)
+    curve = amdahl_curve(0.95, 1024)
+    assert list(curve.workers) == [2 ** k for k in range(11)]
+    assert math.isclose(curve.ceiling, 20.0)
+    assert np.all(np.diff(curve.speedup) > 0) and np.all(curve.speedup < curve.ceiling)
+    with pytest.raises(ValueError, match=r"parallel_fraction must be in \[0, 1\]"):
+        amdahl_speedup(1.5, 4)
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        amdahl_speedup(0.5, 0)
+    with pytest.raises(ValueError, match="max_workers must be in"):
+        amdahl_curve(0.5, 0)
+
+
+def test_time_call_counts_calls_and_rejects_bad_repeats():
+    calls = []
+    t = time_call(lambda: calls.append(1), repeats=5, warmup=2, number=3)
+    assert len(calls) == 2 + 5 * 3 and len(t.samples) == 5
+    assert t.best <= t.median and t.iqr >= 0
+    with pytest.raises(ValueError, match="repeats and number must be >= 1"):
+        time_call(lambda: None, repeats=0)
+
+
+def test_bench_table_ratio_is_baseline_over_labkit():
+    rows = [Row("step", 0.002, 0.001, "torch"), Row("alloc", 250000.0, unit="events/s")]
+    assert rows[0].ratio == 0.5 and rows[1].ratio is None
+    table = format_table(rows)
+    assert "0.50x" in table and "250,000 events/s" in table and "2 ms" in table
