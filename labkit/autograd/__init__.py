@@ -1,0 +1,16 @@
+"""labkit.autograd: a small autograd engine to build, measure and take apart (chapters 2, 3, 12).
+
+    from labkit.autograd import Tensor, no_grad
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    (x * x).sum().backward(); x.grad   # Tensor([2., 4.])
+
+Only numpy is imported here; torch and matplotlib are imported by the submodules that use
+them (``torch_measure``, ``inference``, ``modes``, ``draw``, ``plots``, ``widgets``).
+"""
+from labkit.autograd.tensor import (  # noqa: F401
+    Tensor, apply, enable_grad, graph_bytes, graph_nodes, is_grad_enabled, no_grad, tensor,
+    topological_order,
+)
+from labkit.autograd.counters import count  # noqa: F401
+from labkit.autograd.forward import Dual, grad, jvp, vjp  # noqa: F401
+from labkit.autograd import functional  # noqa: F401

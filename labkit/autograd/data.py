@@ -1,0 +1,38 @@
+"""scikit-learn's handwritten digits (1,797 images of 8x8 pixels, shipped with the package)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Split:
+    x_train: np.ndarray   # (N, 64) float32 in [0, 1]
+    y_train: np.ndarray   # (N,) int64 in [0, 10)
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+
+def load_digits(test_fraction: float = 0.25, seed: int = 0) -> Split:
+    """A seeded, shuffled train/test split of the digits, pixels scaled from [0, 16] to [0, 1]."""
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    from sklearn.datasets import load_digits as _load
+
+    d = _load()
+    x = (d.data / 16.0).astype(np.float32)
+    y = d.target.astype(np.int64)
+    idx = np.random.default_rng(seed).permutation(len(y))
+    n_test = int(round(len(y) * test_fraction))
+    te, tr = idx[:n_test], idx[n_test:]
+    return Split(x[tr], y[tr], x[te], y[te])
+
+
+def batches(n: int, batch_size: int, rng: np.random.Generator):
+    """Shuffled index batches covering range(n) once (the last one may be short)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    order = rng.permutation(n)
+    for i in range(0, n, batch_size):
+        yield order[i:i + batch_size]

@@ -1,0 +1,294 @@
+"""The primitive operations, each with its forward, its local derivatives and its costs side by side.
+
+Every op is one :class:`Op`: ``forward(*xs, **attrs)`` computes the output from numpy arrays;
+``vjp(g, out, xs, needs, **attrs)`` is the reverse-mode rule (vector-Jacobian product: the
+upstream gradient ``g`` times the local Jacobian, one result per input, ``None`` where
+``needs`` says the input needs no gradient); ``jvp(ts, out, xs, **attrs)`` is the
+forward-mode rule (Jacobian-vector product with tangents ``ts``, ``None`` for zero).
+The chain rule does the rest (Griewank & Walther, *Evaluating Derivatives*, 2nd ed., ch. 3-4).
+
+Costs follow the usual convention (Kaplan et al. 2020, sec. 2.1): a multiply-add is 2 FLOPs,
+an elementwise op is 1 FLOP per output element, a reduction 1 FLOP per input element.
+``saves`` names what the reverse rule reads and therefore must be kept alive until backward:
+``"x0"``, ``"x1"`` (inputs) or ``"out"`` -- what PyTorch calls *saved tensors*.
+
+Gradients returned by ``vjp`` may carry the broadcast shape of the output; the engine sums
+them back to each input's shape (:func:`unbroadcast`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    forward: Callable
+    vjp: Callable
+    jvp: Callable
+    flops: Callable                 # (out, xs, **attrs) -> forward FLOPs
+    bwd_flops: Callable             # (out, xs, needs, **attrs) -> backward FLOPs
+    saves: tuple[str, ...] = ()
+    elementwise: bool = False
+    attrs: tuple[str, ...] = field(default=())
+
+
+OPS: dict[str, Op] = {}
+
+
+def register(name, forward, vjp, jvp, *, flops=None, bwd_flops=None, saves=(),
+             elementwise=False, attrs=()):
+    flops = flops or (lambda out, xs, **a: int(out.size))
+    bwd_flops = bwd_flops or (lambda out, xs, needs, **a: int(out.size) * sum(needs))
+    OPS[name] = Op(name, forward, vjp, jvp, flops, bwd_flops, tuple(saves), elementwise,
+                   tuple(attrs))
+    return OPS[name]
+
+
+def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum ``g`` over the axes that broadcasting added or stretched, giving ``shape``.
+
+    The adjoint of broadcasting is summation (NumPy broadcasting rules, right-aligned).
+    """
+    if g.shape == tuple(shape):
+        return g
+    lead = g.ndim - len(shape)
+    if lead > 0:
+        g = g.sum(axis=tuple(range(lead)))
+    axes = tuple(i for i, s in enumerate(shape) if s == 1 and g.shape[i] != 1)
+    if axes:
+        g = g.sum(axis=axes, keepdims=True)
+    return g.reshape(shape)
+
+
+def _z(t, like):
+    return np.zeros_like(like) if t is None else t
+
+
+def _tsum(*terms):
+    terms = [t for t in terms if t is not None]
+    if not terms:
+        return None
+    out = terms[0]
+    for t in terms[1:]:
+        out = out + t
+    return out
+
+
+# ---- elementwise binary ----------------------------------------------------------------
+
+register("add", lambda a, b: a + b,
+         lambda g, out, xs, needs: (g if needs[0] else None, g if needs[1] else None),
+         lambda ts, out, xs: _tsum(*ts), elementwise=True)
+
+register("sub", lambda a, b: a - b,
+         lambda g, out, xs, needs: (g if needs[0] else None, -g if needs[1] else None),
+         lambda ts, out, xs: _tsum(ts[0], None if ts[1] is None else -ts[1]),
+         elementwise=True)
+
+register("mul", lambda a, b: a * b,
+         lambda g, out, xs, needs: (g * xs[1] if needs[0] else None,
+                                    g * xs[0] if needs[1] else None),
+         lambda ts, out, xs: _tsum(None if ts[0] is None else ts[0] * xs[1],
+                                   None if ts[1] is None else xs[0] * ts[1]),
+         saves=("x0", "x1"), elementwise=True)
+
+register("div", lambda a, b: a / b,
+         lambda g, out, xs, needs: (g / xs[1] if needs[0] else None,
+                                    -g * xs[0] / (xs[1] * xs[1]) if needs[1] else None),
+         lambda ts, out, xs: _tsum(None if ts[0] is None else ts[0] / xs[1],
+                                   None if ts[1] is None else -out * ts[1] / xs[1]),
+         bwd_flops=lambda out, xs, needs: int(out.size) * (needs[0] + 3 * needs[1]),
+         saves=("x0", "x1"), elementwise=True)
+
+register("pow", lambda a, b: a ** b,
+         lambda g, out, xs, needs: (g * xs[1] * xs[0] ** (xs[1] - 1) if needs[0] else None,
+                                    g * out * np.log(xs[0]) if needs[1] else None),
+         lambda ts, out, xs: _tsum(
+             None if ts[0] is None else ts[0] * xs[1] * xs[0] ** (xs[1] - 1),
+             None if ts[1] is None else ts[1] * out * np.log(xs[0])),
+         bwd_flops=lambda out, xs, needs: int(out.size) * 3 * sum(needs),
+         saves=("x0", "x1", "out"), elementwise=True)
+
+# ---- elementwise unary -----------------------------------------------------------------
+
+register("neg", lambda a: -a, lambda g, out, xs, needs: (-g,),
+         lambda ts, out, xs: -ts[0], elementwise=True)
+
+register("exp", np.exp, lambda g, out, xs, needs: (g * out,),
+         lambda ts, out, xs: ts[0] * out, saves=("out",), elementwise=True)
+
+register("log", np.log, lambda g, out, xs, needs: (g / xs[0],),
+         lambda ts, out, xs: ts[0] / xs[0], saves=("x0",), elementwise=True)
+
+register("tanh", np.tanh, lambda g, out, xs, needs: (g * (1 - out * out),),
+         lambda ts, out, xs: ts[0] * (1 - out * out),
+         bwd_flops=lambda out, xs, needs: 3 * int(out.size), saves=("out",), elementwise=True)
+
+
+def _sigmoid(a):
+    # exp of a non-positive number only, so large |a| never overflows
+    e = np.exp(-np.abs(a))
+    return np.where(a >= 0, 1 / (1 + e), e / (1 + e)).astype(a.dtype, copy=False)
+
+
+register("sigmoid", _sigmoid, lambda g, out, xs, needs: (g * out * (1 - out),),
+         lambda ts, out, xs: ts[0] * out * (1 - out),
+         bwd_flops=lambda out, xs, needs: 3 * int(out.size), saves=("out",), elementwise=True)
+
+register("relu", lambda a: np.maximum(a, 0), lambda g, out, xs, needs: (g * (out > 0),),
+         lambda ts, out, xs: ts[0] * (out > 0), saves=("out",), elementwise=True)
+
+# ---- matrix product --------------------------------------------------------------------
+
+
+def _matmul_vjp(g, out, xs, needs):
+    """C = A B  =>  dA = dC B^T,  dB = A^T dC  (1-D operands are promoted, batch dims summed)."""
+    a, b = xs
+    if a.ndim == 1 and b.ndim == 1:
+        return (g * b if needs[0] else None, g * a if needs[1] else None)
+    a2 = a[None, :] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    if a.ndim == 1:
+        g = np.expand_dims(g, -2)
+    if b.ndim == 1:
+        g = np.expand_dims(g, -1)
+    ga = gb = None
+    if needs[0]:
+        ga = g @ np.swapaxes(b2, -1, -2)
+        if a.ndim == 1:
+            ga = ga[..., 0, :]
+    if needs[1]:
+        gb = np.swapaxes(a2, -1, -2) @ g
+        if b.ndim == 1:
+            gb = gb[..., 0]
+    return ga, gb
+
+
+def _matmul_flops(out, xs):
+    return 2 * int(max(out.size, 1)) * xs[0].shape[-1]
+
+
+register("matmul", np.matmul, _matmul_vjp,
+         lambda ts, out, xs: _tsum(None if ts[0] is None else ts[0] @ xs[1],
+                                   None if ts[1] is None else xs[0] @ ts[1]),
+         flops=_matmul_flops,
+         bwd_flops=lambda out, xs, needs: _matmul_flops(out, xs) * sum(needs),
+         saves=("x0", "x1"))
+
+# ---- reductions ------------------------------------------------------------------------
+
+
+def _axes(axis, ndim):
+    if axis is None:
+        return tuple(range(ndim))
+    axis = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    return tuple(sorted(a % ndim for a in axis))
+
+
+def _expand(g, shape, axis, keepdims):
+    """Re-insert reduced axes so ``g`` broadcasts against the input again."""
+    if not keepdims:
+        g = np.expand_dims(g, _axes(axis, len(shape))) if len(shape) else g
+    return g
+
+
+def _count(shape, axis):
+    return int(np.prod([shape[a] for a in _axes(axis, len(shape))])) if len(shape) else 1
+
+
+_red_flops = lambda out, xs, **a: int(xs[0].size)  # noqa: E731
+
+register("sum", lambda a, axis=None, keepdims=False: np.sum(a, axis=axis, keepdims=keepdims),
+         lambda g, out, xs, needs, axis=None, keepdims=False:
+         (np.broadcast_to(_expand(g, xs[0].shape, axis, keepdims), xs[0].shape),),
+         lambda ts, out, xs, axis=None, keepdims=False:
+         np.sum(ts[0], axis=axis, keepdims=keepdims),
+         flops=_red_flops, bwd_flops=lambda out, xs, needs, **a: 0, attrs=("axis", "keepdims"))
+
+register("mean", lambda a, axis=None, keepdims=False: np.mean(a, axis=axis, keepdims=keepdims),
+         lambda g, out, xs, needs, axis=None, keepdims=False:
+         (np.broadcast_to(_expand(g, xs[0].shape, axis, keepdims)
+                          / _count(xs[0].shape, axis), xs[0].shape),),
+         lambda ts, out, xs, axis=None, keepdims=False:
+         np.mean(ts[0], axis=axis, keepdims=keepdims),
+         flops=_red_flops, bwd_flops=lambda out, xs, needs, **a: int(xs[0].size),
+         attrs=("axis", "keepdims"))
+
+
+def _max_weights(out, a, axis, keepdims):
+    """Where the maximum sits; ties share the gradient equally (as torch.amax does)."""
+    m = _expand(out, a.shape, axis, keepdims)
+    mask = (a == m).astype(a.dtype)
+    return mask / mask.sum(axis=_axes(axis, a.ndim), keepdims=True)
+
+
+register("max", lambda a, axis=None, keepdims=False: np.max(a, axis=axis, keepdims=keepdims),
+         lambda g, out, xs, needs, axis=None, keepdims=False:
+         (_expand(g, xs[0].shape, axis, keepdims) * _max_weights(out, xs[0], axis, keepdims),),
+         lambda ts, out, xs, axis=None, keepdims=False:
+         np.sum(ts[0] * _max_weights(out, xs[0], axis, keepdims), axis=_axes(axis, xs[0].ndim),
+                keepdims=keepdims),
+         flops=_red_flops, bwd_flops=lambda out, xs, needs, **a: 2 * int(xs[0].size),
+         saves=("x0", "out"), attrs=("axis", "keepdims"))
+
+# ---- softmax family (fused, so the rule is the textbook one) ------------------------------
+
+
+def softmax_forward(a, axis=-1):
+    """softmax(x)_i = exp(x_i - max x) / sum_j exp(x_j - max x)  (shift for stability)."""
+    e = np.exp(a - a.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def softmax_vjp_rule(g, s, axis=-1):
+    """Softmax backward: J = diag(s) - s s^T, so J^T g = s * (g - sum(g * s))."""
+    return s * (g - (g * s).sum(axis=axis, keepdims=True))
+
+
+def log_softmax_forward(a, axis=-1):
+    """log_softmax(x) = x - max x - log sum exp(x - max x)."""
+    z = a - a.max(axis=axis, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
+
+
+register("softmax", softmax_forward,
+         lambda g, out, xs, needs, axis=-1: (softmax_vjp_rule(g, out, axis),),
+         lambda ts, out, xs, axis=-1: softmax_vjp_rule(ts[0], out, axis),
+         flops=lambda out, xs, **a: 4 * int(out.size),
+         bwd_flops=lambda out, xs, needs, **a: 4 * int(out.size), saves=("out",), attrs=("axis",))
+
+register("log_softmax", log_softmax_forward,
+         lambda g, out, xs, needs, axis=-1:
+         (g - np.exp(out) * g.sum(axis=axis, keepdims=True),),
+         lambda ts, out, xs, axis=-1:
+         ts[0] - (np.exp(out) * ts[0]).sum(axis=axis, keepdims=True),
+         flops=lambda out, xs, **a: 5 * int(out.size),
+         bwd_flops=lambda out, xs, needs, **a: 4 * int(out.size), saves=("out",), attrs=("axis",))
+
+# ---- shape ops (no arithmetic) -----------------------------------------------------------
+
+_free = dict(flops=lambda out, xs, **a: 0, bwd_flops=lambda out, xs, needs, **a: 0)
+
+register("reshape", lambda a, shape: np.reshape(a, shape),
+         lambda g, out, xs, needs, shape: (np.reshape(g, xs[0].shape),),
+         lambda ts, out, xs, shape: np.reshape(ts[0], shape), attrs=("shape",), **_free)
+
+register("transpose", lambda a, axes=None: np.transpose(a, axes),
+         lambda g, out, xs, needs, axes=None:
+         (np.transpose(g, None if axes is None else np.argsort(axes)),),
+         lambda ts, out, xs, axes=None: np.transpose(ts[0], axes), attrs=("axes",), **_free)
+
+
+def _getitem_vjp(g, out, xs, needs, index):
+    full = np.zeros(xs[0].shape, dtype=g.dtype)
+    np.add.at(full, index, g)  # repeated indices accumulate
+    return (full,)
+
+
+register("getitem", lambda a, index: a[index], _getitem_vjp,
+         lambda ts, out, xs, index: ts[0][index], attrs=("index",),
+         flops=lambda out, xs, **a: 0, bwd_flops=lambda out, xs, needs, **a: int(out.size))

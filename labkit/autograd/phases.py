@@ -1,0 +1,116 @@
+"""Training vs inference, measured: FLOPs of each phase and bytes saved for backward.
+
+Two meters on the same MLP: labkit's op counter (:mod:`labkit.autograd.counters`) and
+PyTorch's own -- ``torch.utils.flop_counter.FlopCounterMode`` for FLOPs (it counts matrix
+products only) and ``torch.autograd.graph.saved_tensors_hooks`` for what autograd saves.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PhaseCosts:
+    engine: str
+    batch: int
+    sizes: tuple[int, ...]
+    forward_flops: int            # all counted ops of the forward pass
+    backward_flops: int
+    matmul_forward_flops: int     # matrix products only (what FlopCounterMode counts)
+    matmul_backward_flops: int
+    saved_bytes_train: int        # activations saved for backward (parameters excluded)
+    saved_bytes_inference: int    # the same forward under no_grad
+
+    @property
+    def backward_over_forward(self) -> float:
+        return self.matmul_backward_flops / self.matmul_forward_flops
+
+
+def _check(sizes, batch):
+    sizes = tuple(int(s) for s in sizes)
+    if len(sizes) < 2 or min(sizes) < 1:
+        raise ValueError(f"sizes needs at least two positive widths, got {sizes}")
+    if not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
+    return sizes
+
+
+def _data(sizes, batch, seed):
+    rng = np.random.default_rng(seed)
+    return (rng.normal(size=(batch, sizes[0])).astype(np.float32),
+            rng.integers(0, sizes[-1], batch))
+
+
+def labkit_phase_costs(sizes=(64, 256, 256, 10), batch: int = 64, seed: int = 0) -> PhaseCosts:
+    """One labkit training step (forward, cross-entropy, backward) and one no_grad forward."""
+    from labkit.autograd import Tensor, count, functional as F, no_grad
+    from labkit.autograd.nn import mlp
+
+    sizes = _check(sizes, batch)
+    x, y = _data(sizes, batch, seed)
+    model = mlp(sizes, seed=seed)
+    with count() as train:
+        F.cross_entropy(model(Tensor(x)), y).backward()
+    with no_grad(), count() as infer:
+        model(Tensor(x))
+    return PhaseCosts("labkit", batch, sizes, train.forward_flops, train.backward_flops,
+                      train.forward.get("matmul", 0), train.backward.get("matmul", 0),
+                      train.saved_bytes, infer.saved_bytes)
+
+
+def torch_mlp(sizes, seed: int = 0, dtype=None):
+    import torch
+
+    torch.manual_seed(seed)
+    layers = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(torch.nn.Linear(a, b))
+        if i < len(sizes) - 2:
+            layers.append(torch.nn.ReLU())
+    model = torch.nn.Sequential(*layers)
+    return model.to(dtype) if dtype is not None else model
+
+
+def torch_saved_bytes(fn, params=()) -> int:
+    """Bytes of distinct tensors autograd saves while ``fn()`` runs (storages of ``params``
+    excluded), seen through ``torch.autograd.graph.saved_tensors_hooks``."""
+    import torch
+
+    skip = {p.untyped_storage().data_ptr() for p in params}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in skip:
+            seen[s.data_ptr()] = s.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return int(sum(seen.values()))
+
+
+def torch_phase_costs(sizes=(64, 256, 256, 10), batch: int = 64, seed: int = 0) -> PhaseCosts:
+    """The same step in PyTorch, measured with FlopCounterMode and saved_tensors_hooks."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    sizes = _check(sizes, batch)
+    x, y = (torch.from_numpy(a) for a in _data(sizes, batch, seed))
+    model = torch_mlp(sizes, seed)
+    params = list(model.parameters())
+    box = {}
+
+    def forward():
+        box["loss"] = torch.nn.functional.cross_entropy(model(x), y)
+
+    with FlopCounterMode(display=False) as fwd:
+        saved_train = torch_saved_bytes(forward, params)
+    with FlopCounterMode(display=False) as bwd:
+        box["loss"].backward()
+    with torch.no_grad():
+        saved_infer = torch_saved_bytes(lambda: model(x), params)
+    f, b = int(fwd.get_total_flops()), int(bwd.get_total_flops())
+    return PhaseCosts("torch", batch, sizes, f, b, f, b, saved_train, saved_infer)

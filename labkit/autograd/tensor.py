@@ -1,0 +1,367 @@
+"""A numpy-backed Tensor with reverse-mode automatic differentiation (define-by-run).
+
+Every op on a Tensor that requires grad records a node: the op (its forward and local
+derivative live together in :mod:`labkit.autograd.ops`), its parent tensors and attributes.
+That record is the *tape* 梯度带（gradient tape）. ``backward()`` orders the graph
+topologically with an explicit stack (no recursion, so a 10,000-deep chain works) and walks
+it in reverse, multiplying each upstream gradient by the op's local Jacobian (the
+vector-Jacobian product) and summing the contributions that reach each tensor -- reverse-mode
+AD (Baydin et al., "Automatic differentiation in machine learning: a survey", JMLR 2018, 3.2).
+
+Semantics follow PyTorch: gradients of leaves accumulate in ``.grad`` across calls; a
+non-scalar output needs an explicit ``gradient``; ``detach()`` and ``no_grad()`` stop
+recording. Unlike PyTorch the graph is not freed by ``backward()`` (as if
+``retain_graph=True``).
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+
+import numpy as np
+
+from labkit.autograd import counters as _counters
+from labkit.autograd.ops import OPS, Op, unbroadcast
+
+_state = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    return getattr(_state, "grad", True)
+
+
+class _GradMode:
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    def __enter__(self):
+        self.prev = is_grad_enabled()
+        _state.grad = self.enabled
+
+    def __exit__(self, *exc):
+        _state.grad = self.prev
+
+    def __call__(self, fn):
+        def wrapped(*args, **kwargs):
+            with _GradMode(self.enabled):
+                return fn(*args, **kwargs)
+        wrapped.__name__ = getattr(fn, "__name__", "wrapped")
+        wrapped.__doc__ = fn.__doc__
+        return wrapped
+
+
+def no_grad() -> _GradMode:
+    """Context manager / decorator: ops inside record no graph (as ``torch.no_grad``)."""
+    return _GradMode(False)
+
+
+def enable_grad() -> _GradMode:
+    return _GradMode(True)
+
+
+# the tape of a running trace (see labkit.autograd.trace); None when not tracing
+_TRACE: list = []
+
+
+@contextmanager
+def _tracing(tape: list):
+    _TRACE.append(tape)
+    try:
+        yield tape
+    finally:
+        _TRACE.pop()
+
+
+def _as_array(data, dtype=None) -> np.ndarray:
+    if isinstance(data, Tensor):
+        data = data.data
+    if dtype is not None:
+        return np.asarray(data, dtype=dtype)
+    if isinstance(data, (np.ndarray, np.generic)):
+        return np.asarray(data)
+    arr = np.asarray(data)
+    if arr.dtype == np.float64:  # Python floats become float32, as in torch.tensor
+        arr = arr.astype(np.float32)
+    return arr
+
+
+class OpsMixin:
+    """Operator overloads shared by :class:`Tensor` and forward mode's ``Dual``.
+
+    A subclass provides ``_apply(op_name, *operands, **attrs)``.
+    """
+    __slots__ = ()
+    __array_ufunc__ = None  # numpy array (op) Tensor defers to our reflected operators
+
+    def __add__(self, o): return self._apply("add", self, o)
+    def __radd__(self, o): return self._apply("add", o, self)
+    def __sub__(self, o): return self._apply("sub", self, o)
+    def __rsub__(self, o): return self._apply("sub", o, self)
+    def __mul__(self, o): return self._apply("mul", self, o)
+    def __rmul__(self, o): return self._apply("mul", o, self)
+    def __truediv__(self, o): return self._apply("div", self, o)
+    def __rtruediv__(self, o): return self._apply("div", o, self)
+    def __pow__(self, o): return self._apply("pow", self, o)
+    def __rpow__(self, o): return self._apply("pow", o, self)
+    def __matmul__(self, o): return self._apply("matmul", self, o)
+    def __rmatmul__(self, o): return self._apply("matmul", o, self)
+    def __neg__(self): return self._apply("neg", self)
+    def __getitem__(self, index): return self._apply("getitem", self, index=_freeze(index))
+
+    def exp(self): return self._apply("exp", self)
+    def log(self): return self._apply("log", self)
+    def tanh(self): return self._apply("tanh", self)
+    def sigmoid(self): return self._apply("sigmoid", self)
+    def relu(self): return self._apply("relu", self)
+
+    def sum(self, axis=None, keepdims=False):
+        return self._apply("sum", self, axis=_axis(axis), keepdims=bool(keepdims))
+
+    def mean(self, axis=None, keepdims=False):
+        return self._apply("mean", self, axis=_axis(axis), keepdims=bool(keepdims))
+
+    def max(self, axis=None, keepdims=False):
+        return self._apply("max", self, axis=_axis(axis), keepdims=bool(keepdims))
+
+    def reshape(self, *shape):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = shape[0]
+        return self._apply("reshape", self, shape=tuple(int(s) for s in shape))
+
+    def transpose(self, *axes):
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = axes[0]
+        return self._apply("transpose", self, axes=tuple(int(a) for a in axes) or None)
+
+    @property
+    def T(self):
+        return self.transpose()
+
+
+def _axis(axis):
+    if axis is None or isinstance(axis, (int, np.integer)):
+        return None if axis is None else int(axis)
+    return tuple(int(a) for a in axis)
+
+
+def _freeze(index):
+    if isinstance(index, Tensor):
+        return index.data
+    if isinstance(index, list):
+        return np.asarray(index)
+    if isinstance(index, tuple):
+        return tuple(_freeze(i) for i in index)
+    return index
+
+
+class Tensor(OpsMixin):
+    """An n-dimensional array that can record the operations applied to it.
+
+    ``Tensor(data, requires_grad=False)``; ``data`` is any array-like. Python floats become
+    float32 (as in ``torch.tensor``); numpy arrays keep their dtype.
+    """
+    __slots__ = ("data", "grad", "requires_grad", "_op", "_parents", "_attrs", "name",
+                 "__weakref__")
+
+    def __init__(self, data, requires_grad: bool = False, dtype=None, name: str | None = None):
+        self.data = _as_array(data, dtype)
+        if requires_grad and not np.issubdtype(self.data.dtype, np.floating):
+            raise ValueError(f"requires_grad=True needs a floating dtype, got {self.data.dtype}")
+        self.requires_grad = bool(requires_grad)
+        self.grad: Tensor | None = None
+        self._op: Op | None = None
+        self._parents: tuple = ()
+        self._attrs: dict = {}
+        self.name = name
+
+    # ---- array surface ----
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+    @property
+    def dtype(self):
+        return self.data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    @property
+    def size(self) -> int:
+        return self.data.size
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._op is None
+
+    @property
+    def grad_fn(self) -> str | None:
+        """The name of the op that made this tensor (None for leaves)."""
+        return None if self._op is None else self._op.name
+
+    def numpy(self) -> np.ndarray:
+        return self.data
+
+    def item(self) -> float:
+        if self.data.size != 1:
+            raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
+        return self.data.item()
+
+    def detach(self) -> "Tensor":
+        """The same data, cut from the graph (shares memory, as ``torch.Tensor.detach``)."""
+        return Tensor(self.data)
+
+    def requires_grad_(self, flag: bool = True) -> "Tensor":
+        if not self.is_leaf:
+            raise RuntimeError("requires_grad_ can only change leaf tensors; detach() first")
+        self.requires_grad = bool(flag)
+        return self
+
+    def zero_grad(self) -> None:
+        self.grad = None
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __repr__(self) -> str:
+        extra = f", grad_fn={self.grad_fn}" if self._op else (
+            ", requires_grad=True" if self.requires_grad else "")
+        return f"Tensor({np.array2string(self.data, precision=4, threshold=20)}{extra})"
+
+    # ---- recording ----
+    def _apply(self, name: str, *operands, **attrs) -> "Tensor":
+        return apply(OPS[name], *operands, **attrs)
+
+    # ---- reverse mode ----
+    def backward(self, gradient=None) -> None:
+        """Accumulate d(self)/d(leaf) into every leaf's ``.grad`` (reverse topological order)."""
+        if not self.requires_grad:
+            raise RuntimeError("backward() on a tensor that does not require grad (and has no "
+                               "grad_fn): set requires_grad=True on an input first")
+        if gradient is None:
+            if self.data.size != 1:
+                raise RuntimeError(
+                    f"backward() without a gradient works only for a scalar output; this "
+                    f"tensor has shape {self.shape}: pass gradient= an array of that shape "
+                    f"(e.g. ones for the sum of its elements)")
+            g = np.ones_like(self.data)
+        else:
+            g = _as_array(gradient).astype(self.data.dtype, copy=False)
+            if g.shape != self.shape:
+                raise ValueError(f"gradient has shape {g.shape}, but the tensor has shape "
+                                 f"{self.shape}; they must match")
+        backprop(self, g)
+
+
+def topological_order(root: Tensor) -> list[Tensor]:
+    """Every tensor ``root`` depends on through recorded ops, parents before children.
+
+    Iterative depth-first search with an explicit stack (post-order), so depth is unlimited.
+    """
+    order: list[Tensor] = []
+    seen: set[int] = set()
+    stack = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        for p in node._parents:
+            if id(p) not in seen:
+                stack.append((p, False))
+    return order
+
+
+def backprop(root: Tensor, g: np.ndarray) -> None:
+    grads: dict[int, np.ndarray] = {id(root): g}
+    counting = _counters.ACTIVE
+    for node in reversed(topological_order(root)):
+        g = grads.pop(id(node), None)
+        if g is None:
+            continue
+        op = node._op
+        if op is None:
+            if node.requires_grad:
+                if node.grad is None:
+                    node.grad = Tensor(np.array(g, dtype=node.data.dtype, copy=True))
+                else:
+                    node.grad.data = node.grad.data + g
+            continue
+        parents = node._parents
+        needs = tuple(p.requires_grad for p in parents)
+        xs = tuple(p.data for p in parents)
+        pgrads = op.vjp(g, node.data, xs, needs, **node._attrs)
+        if counting:
+            flops = op.bwd_flops(node.data, xs, needs, **node._attrs)
+            for c in counting:
+                c.on_backward(op.name, flops)
+        for p, pg in zip(parents, pgrads):
+            if pg is None or not p.requires_grad:
+                continue
+            pg = unbroadcast(pg, p.data.shape)
+            k = id(p)
+            if k in grads:
+                grads[k] = grads[k] + pg
+            else:
+                grads[k] = pg
+
+
+def _lift(x, like: np.ndarray | None) -> Tensor:
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, (int, float)) and like is not None and like.dtype.kind == "f":
+        return Tensor(np.asarray(x, dtype=like.dtype))
+    return Tensor(x)
+
+
+def _wrap(arr: np.ndarray) -> Tensor:
+    t = Tensor.__new__(Tensor)
+    t.data, t.grad, t.requires_grad, t._op, t._parents, t._attrs, t.name = (
+        arr, None, False, None, (), {}, None)
+    return t
+
+
+def apply(op: Op, *operands, **attrs) -> Tensor:
+    """Run ``op`` forward on tensors and, when any input requires grad, record the node."""
+    like = next((o.data for o in operands if isinstance(o, Tensor)), None)
+    parents = tuple(_lift(o, like) for o in operands)
+    xs = tuple(p.data for p in parents)
+    out = _wrap(np.asarray(op.forward(*xs, **attrs)))
+    record = is_grad_enabled() and any(p.requires_grad for p in parents)
+    if record:
+        out.requires_grad = True
+        out._op, out._parents, out._attrs = op, parents, attrs
+    if _TRACE:
+        _TRACE[-1].append((op, parents, attrs, out))
+    if _counters.ACTIVE:
+        for c in _counters.ACTIVE:
+            c.on_forward(op, out.data, xs, parents, attrs, record)
+    return out
+
+
+def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:
+    return Tensor(data, requires_grad=requires_grad, dtype=dtype)
+
+
+def graph_nodes(*roots: Tensor) -> list[Tensor]:
+    """All tensors reachable from ``roots`` through recorded ops (each once)."""
+    seen: dict[int, Tensor] = {}
+    stack = list(roots)
+    while stack:
+        t = stack.pop()
+        if id(t) in seen:
+            continue
+        seen[id(t)] = t
+        stack.extend(t._parents)
+    return list(seen.values())
+
+
+def graph_bytes(*roots: Tensor) -> int:
+    """Bytes of every non-leaf array a reference to ``roots`` keeps alive through the graph."""
+    arrays = {id(t.data): t.data.nbytes for t in graph_nodes(*roots) if not t.is_leaf}
+    return int(sum(arrays.values()))

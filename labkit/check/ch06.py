@@ -1,0 +1,156 @@
+"""Chapter 06 (memory management) exercises."""
+from __future__ import annotations
+
+import numpy as np
+
+from labkit.check.core import Wrong, exercise
+from labkit.memory.allocator import allocation_size, pool_of, round_size, should_split
+from labkit.memory.config import NO_LIMIT
+from labkit.memory.constants import MiB
+from labkit.memory.estimator import (
+    activation_bytes_per_layer, mlp_saved_bytes, model_state_bytes,
+)
+
+
+def model_state_fp32(num_params: int, optimizer: str) -> int:
+    """Reference 6.1: bytes of fp32 parameters + gradients + optimizer states."""
+    return model_state_bytes(num_params, "fp32", optimizer).total
+
+
+def segment_for(nbytes: int) -> tuple[int, str, int]:
+    """Reference 6.2: (rounded size, pool, size of a new segment) for a request."""
+    rounded = round_size(nbytes)
+    return rounded, pool_of(rounded), allocation_size(rounded)
+
+
+def splits(block_size: int, rounded_size: int, small: bool, max_split_size: int) -> bool:
+    """Reference 6.3: does the allocator split ``block_size`` to serve ``rounded_size``?"""
+    return should_split(block_size, rounded_size, small=small, max_split_size=max_split_size)
+
+
+def predict_mlp_saved(batch: int, widths) -> int:
+    """Reference 6.4: bytes autograd saves for an fp32 Linear/ReLU MLP forward."""
+    return mlp_saved_bytes(batch, widths)
+
+
+def layer_activation_bytes(seq: int, batch: int, hidden: int, heads: int) -> float:
+    """Reference 6.5: Korthikanti et al. (2022): sbh(34 + 5as/h) bytes per layer."""
+    return activation_bytes_per_layer(seq, batch, hidden, heads)
+
+
+@exercise("6.1", "memory of parameters, gradients and optimizer states (fp32)",
+          reference=model_state_fp32, binds="model_state_fp32")
+def _(answer):
+    rng = np.random.default_rng(6)
+    counts = [1, 100_000_000, 7, 123_457] + [int(x) for x in rng.integers(1, 10**9, 3)]
+    for n in counts:
+        for opt in ("sgd", "momentum", "adam"):
+            got, want = answer(n, opt), model_state_fp32(n, opt)
+            if got == want:
+                continue
+            if got == 8 * n and opt != "sgd":
+                raise Wrong(f"model_state_fp32({n}, {opt!r}) = {got}: that is parameters + "
+                            f"gradients only; add the optimizer's fp32 states.")
+            if opt == "adam" and got == 12 * n:
+                raise Wrong(f"model_state_fp32({n}, 'adam') = {got}: Adam keeps two states "
+                            "per parameter (m and v), 8 bytes in fp32.")
+            if opt == "adam" and got == 16 * n:
+                raise Wrong("16 bytes/parameter is the mixed-precision Adam figure "
+                            "(2 + 2 + 12); in fp32 it is 4 + 4 + 8.")
+            if got in (want // 4, want // 2, want * 8):
+                raise Wrong(f"model_state_fp32({n}, {opt!r}) = {got}, expected {want}: "
+                            "count bytes, 4 per fp32 number.")
+            raise Wrong(f"model_state_fp32({n}, {opt!r}) = {got!r}, expected {want}.")
+
+
+SIZES_62 = [1, 511, 512, 513, 1000, 4096, MiB - 1, MiB, MiB + 1, 3 * MiB + 5,
+            10 * MiB - 512, 10 * MiB - 1, 10 * MiB, 10 * MiB + 1, 21 * MiB + 7,
+            4_000_000, 123_456_789]
+
+
+@exercise("6.2", "rounding, pool and segment size of a request", reference=segment_for,
+          binds="segment_for")
+def _(answer):
+    for n in SIZES_62:
+        got, want = answer(n), segment_for(n)
+        if tuple(got) == want:
+            continue
+        try:
+            rounded, pool, seg = got
+        except (TypeError, ValueError):
+            raise Wrong(f"segment_for({n}) must return (rounded, pool, segment_size), "
+                        f"got {got!r}") from None
+        if rounded != want[0]:
+            hint = ("requests below 512 bytes become 512" if n < 512 else
+                    "round up to a multiple of 512 (kMinBlockSize), not down")
+            raise Wrong(f"segment_for({n}): rounded size {rounded}, expected {want[0]}: {hint}.")
+        if pool != want[1]:
+            raise Wrong(f"segment_for({n}): pool {pool!r}, expected {want[1]!r}: rounded "
+                        "sizes <= 1 MiB (kSmallSize, inclusive) go to the small pool.")
+        raise Wrong(f"segment_for({n}): segment size {seg}, expected {want[2]}: small → 2 MiB, "
+                    "large below 10 MiB (kMinLargeAlloc, exclusive) → 20 MiB, else round "
+                    "up to a multiple of 2 MiB.")
+
+
+@exercise("6.3", "when a cached block is split", reference=splits, binds="splits")
+def _(answer):
+    cases = [
+        (2 * MiB, 512, True, NO_LIMIT), (2 * MiB, 2 * MiB - 512, True, NO_LIMIT),
+        (2 * MiB, 2 * MiB - 1024, True, NO_LIMIT), (2 * MiB, 2 * MiB, True, NO_LIMIT),
+        (20 * MiB, 19 * MiB, False, NO_LIMIT), (20 * MiB, 19 * MiB - 512, False, NO_LIMIT),
+        (20 * MiB, 3 * MiB, False, NO_LIMIT), (100 * MiB, 50 * MiB, False, 64 * MiB),
+        (100 * MiB, 70 * MiB, False, 64 * MiB), (100 * MiB, 64 * MiB, False, 64 * MiB),
+        (100 * MiB, 64 * MiB - 512, False, 64 * MiB), (22 * MiB, 20 * MiB + 512, False, NO_LIMIT),
+    ]
+    for block, size, small, ms in cases:
+        got, want = answer(block, size, small, ms), splits(block, size, small, ms)
+        if bool(got) == want and isinstance(got, (bool, np.bool_)):
+            continue
+        if bool(got) == want:
+            raise Wrong(f"splits(...) returned {got!r}; return True or False.")
+        pool = "small" if small else "large"
+        raise Wrong(f"splits(block={block}, size={size}, {pool} pool, max_split={ms}) = "
+                    f"{got!r}, expected {want}. Small pool: split when the remainder is "
+                    ">= 512 B. Large pool: only when size < max_split_size AND the "
+                    "remainder is > 1 MiB (strictly).")
+
+
+@exercise("6.4", "bytes autograd saves for an MLP", reference=predict_mlp_saved,
+          binds="predict_mlp_saved")
+def _(answer):
+    rng = np.random.default_rng(64)
+    cases = [(37, [23, 61, 45, 7]), (1, [5, 3]), (128, [784, 256, 10])]
+    cases += [(int(rng.integers(1, 200)), [int(w) for w in rng.integers(1, 300, k)])
+              for k in (3, 5, 6)]
+    for batch, widths in cases:
+        got, want = answer(batch, widths), predict_mlp_saved(batch, widths)
+        if got == want:
+            continue
+        if got == 4 * batch * sum(widths):
+            raise Wrong(f"predict_mlp_saved({batch}, {widths}) = {got}: the last layer's "
+                        "output is not saved for backward (nothing after it needs it).")
+        if got == 4 * batch * (sum(widths[:-1]) + sum(widths[1:-1])):
+            raise Wrong(f"predict_mlp_saved({batch}, {widths}) = {got}: a ReLU's output and "
+                        "the next Linear's input are the same tensor; count it once.")
+        if got == batch * sum(widths[:-1]):
+            raise Wrong("count bytes: fp32 is 4 bytes per element.")
+        raise Wrong(f"predict_mlp_saved({batch}, {widths}) = {got!r}, expected {want}.")
+
+
+@exercise("6.5", "activation bytes of a transformer layer (Korthikanti et al.)",
+          reference=layer_activation_bytes, binds="layer_activation_bytes")
+def _(answer):
+    cases = [(2048, 1, 4096, 32), (1024, 4, 1024, 16), (16, 2, 64, 4), (4096, 2, 12288, 96),
+             (100, 3, 96, 6)]
+    for s, b, h, a in cases:
+        got, want = answer(s, b, h, a), layer_activation_bytes(s, b, h, a)
+        if np.isclose(got, want, rtol=1e-9):
+            continue
+        if np.isclose(got, 34 * s * b * h):
+            raise Wrong(f"layer_activation_bytes{(s, b, h, a)} = {got}: you left out the "
+                        "attention scores: softmax output, its dropout mask and dropout "
+                        "output add 5as²b bytes.")
+        if np.isclose(got, s * b * h * (34 + 5 * a * s / h) / 2):
+            raise Wrong("the formula is in bytes already (16-bit activations): "
+                        "sbh(34 + 5as/h), do not halve it.")
+        raise Wrong(f"layer_activation_bytes{(s, b, h, a)} = {got!r}, expected {want}.")

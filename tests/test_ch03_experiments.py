@@ -1,0 +1,72 @@
+"""The measurements chapter 03 shows: labkit's counters agree with PyTorch's tools."""
+import matplotlib
+import numpy as np
+import pytest
+import torch
+
+from labkit.autograd import plots
+from labkit.autograd.inference import batch_sweep, precision_effect
+from labkit.autograd.modes import batchnorm_eval, forgot_eval_experiment, inverted_dropout
+from labkit.autograd.phases import labkit_phase_costs, torch_phase_costs
+
+matplotlib.use("Agg")
+
+
+@pytest.mark.parametrize("sizes,batch", [((64, 256, 256, 10), 64), ((7, 5, 3), 9)])
+def test_flops_and_saved_bytes_agree_with_torch(sizes, batch):
+    lab, tor = labkit_phase_costs(sizes, batch), torch_phase_costs(sizes, batch)
+    assert lab.matmul_forward_flops == tor.matmul_forward_flops
+    assert lab.matmul_backward_flops == tor.matmul_backward_flops
+    mm = sum(2 * batch * a * b for a, b in zip(sizes[:-1], sizes[1:]))
+    assert lab.matmul_forward_flops == mm
+    assert lab.matmul_backward_flops == 2 * mm - 2 * batch * sizes[0] * sizes[1]
+    assert lab.saved_bytes_train == 4 * batch * sum(sizes)
+    # torch also saves the int64 targets (and a scalar)
+    assert 0 <= tor.saved_bytes_train - lab.saved_bytes_train - 8 * batch <= 8
+    assert lab.saved_bytes_inference == tor.saved_bytes_inference == 0
+    plots.plot_phase_costs(lab)
+    with pytest.raises(ValueError, match="batch"):
+        labkit_phase_costs(sizes, 0)
+
+
+def test_batch_sweep_shapes_and_errors():
+    s = batch_sweep((1, 8), width=16, depth=1, repeats=2)
+    assert [p.batch for p in s.points] == [1, 8]
+    assert all(p.throughput == pytest.approx(p.batch / p.latency_s) for p in s.points)
+    plots.plot_batch_sweep(s)
+    with pytest.raises(ValueError, match="batches"):
+        batch_sweep((0,))
+
+
+def test_precision_ordering_and_overflow():
+    r = precision_effect(width=64, scale=1.0)
+    e = {k: v.max() for k, v in r.errors.items()}
+    assert e["float32"] < 1e-5 < e["float16"] < e["bfloat16"] < 0.05
+    assert all(v == 0 for v in r.overflow.values())
+    big = precision_effect(width=64, scale=1e5)
+    assert big.overflow["float16"] > 0 and big.overflow["bfloat16"] == 0
+    plots.plot_precision(big)
+    with pytest.raises(ValueError, match="scale"):
+        precision_effect(scale=0)
+
+
+def test_mode_functions_and_forgotten_eval():
+    rng = np.random.default_rng(0)
+    bn = torch.nn.BatchNorm1d(3).double()
+    bn.running_mean.fill_(0.5)
+    bn.running_var.fill_(2.0)
+    bn.eval()
+    x = rng.normal(size=(4, 3))
+    want = bn(torch.tensor(x)).detach().numpy()
+    got = batchnorm_eval(x, bn.running_mean.numpy(), bn.running_var.numpy(),
+                         bn.weight.detach().numpy(), bn.bias.detach().numpy())
+    np.testing.assert_allclose(got, want)
+    with pytest.raises(ValueError, match="p must"):
+        inverted_dropout(x, x, 1.0)
+    r = forgot_eval_experiment(0.5, batch_sizes=(2, 64))
+    assert len(set(r.acc_eval_mode)) == 1 and r.acc_eval_mode[0] > 0.95
+    assert r.acc_train_mode[0] < r.acc_eval_mode[0] - 0.2   # batch 2 in train mode is poor
+    plots.plot_mode_accuracy(r)
+    with pytest.raises(ValueError, match="batch_sizes"):
+        forgot_eval_experiment(0.5, batch_sizes=(1,))
+    matplotlib.pyplot.close("all")

@@ -1,0 +1,48 @@
+"""Chapter 06 checkers accept the reference and reject typical mistakes and missing answers."""
+import pytest
+
+import labkit.check.ch06 as ch
+from labkit.check.core import evaluate, stub
+from labkit.memory.constants import MiB
+
+RIGHT = {"6.1": ch.model_state_fp32, "6.2": ch.segment_for, "6.3": ch.splits,
+         "6.4": ch.predict_mlp_saved, "6.5": ch.layer_activation_bytes}
+
+WRONG = {
+    "6.1": [lambda n, o: 8 * n, lambda n, o: {"sgd": 8, "momentum": 12, "adam": 12}[o] * n,
+            lambda n, o: {"sgd": 4, "momentum": 8, "adam": 12}[o] * n],
+    "6.2": [lambda n: (512 * (n // 512 + 1), "small" if n <= MiB else "large",
+                       ch.segment_for(n)[2]),
+            lambda n: (ch.segment_for(n)[0], "small" if ch.segment_for(n)[0] < MiB else "large",
+                       ch.segment_for(n)[2]),
+            lambda n: (ch.segment_for(n)[0], ch.segment_for(n)[1],
+                       2 * MiB if ch.segment_for(n)[0] <= MiB else 20 * MiB)],
+    "6.3": [lambda b, s, sm, ms: b - s >= 512,
+            lambda b, s, sm, ms: b - s >= 512 if sm else b - s >= MiB,
+            lambda b, s, sm, ms: b - s >= 512 if sm else b - s > MiB],
+    "6.4": [lambda b, w: 4 * b * sum(w), lambda b, w: b * sum(w[:-1]),
+            lambda b, w: 4 * b * (sum(w[:-1]) + sum(w[1:-1]))],
+    "6.5": [lambda s, b, h, a: 34 * s * b * h, lambda s, b, h, a: s * b * h * (34 + 5 * a * s / h) / 2,
+            lambda s, b, h, a: s * b * h * (34 + 5 * a / h)],
+}
+
+
+@pytest.mark.parametrize("ex", sorted(RIGHT))
+def test_reference_passes(ex):
+    assert evaluate(ex, RIGHT[ex]).status == "pass"
+
+
+@pytest.mark.parametrize("ex, i", [(ex, i) for ex in WRONG for i in range(len(WRONG[ex]))])
+def test_wrong_answers_fail_with_a_hint(ex, i):
+    v = evaluate(ex, WRONG[ex][i])
+    assert v.status == "fail" and len(v.message) > 20
+
+
+@pytest.mark.parametrize("ex", sorted(RIGHT))
+def test_missing_answers(ex):
+    assert evaluate(ex, None).status == "missing"
+
+    @stub
+    def f(*args):
+        raise NotImplementedError
+    assert evaluate(ex, f).status == "missing"
