@@ -17,7 +17,6 @@ $(STAMP): environment.yml pyproject.toml
 	$(PY) -m pip install -q -r $(VENV)/requirements.txt
 	$(PY) -m pip install -q --no-deps -e .
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (labkit)" >/dev/null
-	$(VENV)/bin/jupyter labextension list >/dev/null 2>&1 || true
 	touch $@
 
 # Debian's Chromium for the real-browser test (never `playwright install`: it downloads).

@@ -97,9 +97,19 @@ READY = """() => {
   return ctx.isReady && k.connectionStatus === 'connected' && k.status === 'idle';
 }"""
 
+# Run-all is over when every code cell has an execution count, or when a cell shows an
+# error (JupyterLab stops the queue there); read from the notebook model, not the DOM.
 ALL_RUN = """() => {
-  const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
-  return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
+  const nb = window.jupyterapp.shell.currentWidget.content;
+  const cells = nb.widgets.filter(c => c.model.type === 'code');
+  for (const c of cells) {
+    const outs = c.model.outputs;
+    for (let i = 0; i < outs.length; i++) {
+      const o = outs.get(i).toJSON();
+      if (o.output_type === 'error') return 'error in cell ' + c.model.id + ': ' + o.ename + ': ' + o.evalue;
+    }
+  }
+  return cells.length > 0 && cells.every(c => c.model.executionCount !== null) ? 'done' : false;
 }"""
 
 TAGGED_INDEX = """() => {
@@ -124,12 +134,14 @@ def test_slider_changes_the_result(lab, name):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"{base}/lab/tree/{name}?token={token}")
+            # a workspace of its own, reset: nothing restored from the previous notebook
+            page.goto(f"{base}/lab/workspaces/{Path(name).stem}/tree/{name}?reset&token={token}")
             page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
             page.evaluate("async () => { await window.jupyterapp.restored; }")
             page.wait_for_function(READY, timeout=120_000)
             page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
-            page.wait_for_function(ALL_RUN, timeout=240_000, polling=500)
+            outcome = page.wait_for_function(ALL_RUN, timeout=240_000, polling=500).json_value()
+            assert outcome == "done", f"{name}: run-all stopped at an {outcome}"
             index = page.evaluate(TAGGED_INDEX)
             assert index >= 0, f"{name}: no cell tagged browser-test"
             cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
