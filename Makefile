@@ -27,8 +27,10 @@ browser-deps:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); \
 	  else echo "chromium not found and cannot apt-get it: the browser test will be skipped"; fi; }
 
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
+
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab notebooks/00_start_here.ipynb
+	$(VENV)/bin/jupyter lab $(ROOT_FLAG) $(LAB_ARGS) notebooks/00_start_here.ipynb
 
 test: $(STAMP) browser-deps
 	$(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env \
