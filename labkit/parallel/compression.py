@@ -1,0 +1,335 @@
+"""Communicating less: gradient compression and local/async SGD on a real small task.
+
+The task is scikit-learn's 8×8 digits (1797 images, 10 classes) with a one-hidden-layer
+MLP in numpy. ``workers`` simulated data-parallel workers each hold a shard of the
+training set. Every method reports the bytes one worker sends and the test accuracy.
+
+* :class:`TopK` — send the k largest-magnitude entries (value + int32 index) with error
+  feedback: what was not sent is added to the next gradient (Stich et al., "Sparsified SGD
+  with memory", NeurIPS 2018; Lin et al., "Deep Gradient Compression", ICLR 2018).
+* :class:`Int8` — per-tensor scale, int8 values (1 byte each, plus a 4-byte scale), with
+  optional error feedback (cf. Seide et al. 2014's 1-bit SGD with error feedback).
+* :class:`PowerSGD` — rank-r approximation P Qᵀ of each weight matrix by one step of power
+  iteration, warm-started Q and error feedback; P and Q are all-reduced, so it works with
+  all-reduce (Vogels et al., "PowerSGD", NeurIPS 2019, Algorithm 1).
+* :func:`train_local_sgd` — H local steps, then average the parameters (Stich, "Local SGD
+  converges fast and communicates little", ICLR 2019).
+* :func:`train_async` — a parameter server applies each gradient as it arrives, computed
+  on parameters ``staleness`` updates old (Dean et al. 2012, Downpour SGD; Ho et al. 2013).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+FLOAT_BYTES = 4
+
+
+# ---- the task -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Task:
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+
+def digits_task(seed: int = 0, test_fraction: float = 0.3) -> Task:
+    """Digits scaled to [0, 1], split by a seeded permutation."""
+    from sklearn.datasets import load_digits
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    d = load_digits()
+    x = d.data / 16.0
+    perm = np.random.default_rng(seed).permutation(len(x))
+    n_test = int(len(x) * test_fraction)
+    te, tr = perm[:n_test], perm[n_test:]
+    return Task(x[tr], d.target[tr], x[te], d.target[te])
+
+
+def init_params(hidden: int = 64, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.normal(0, 1 / 8, (64, hidden)), np.zeros(hidden),
+            rng.normal(0, 1 / math.sqrt(hidden), (hidden, 10)), np.zeros(10)]
+
+
+def loss_and_grads(params, x, y) -> tuple[float, list[np.ndarray]]:
+    """Mean cross-entropy of the ReLU MLP and its gradients (hand-written backward)."""
+    w1, b1, w2, b2 = params
+    h = np.maximum(x @ w1 + b1, 0.0)
+    z = h @ w2 + b2
+    z = z - z.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=1, keepdims=True)
+    n = len(y)
+    loss = float(-np.log(p[np.arange(n), y] + 1e-12).mean())
+    dz = p.copy()
+    dz[np.arange(n), y] -= 1.0
+    dz /= n
+    dh = (dz @ w2.T) * (h > 0)
+    return loss, [x.T @ dh, dh.sum(0), h.T @ dz, dz.sum(0)]
+
+
+def accuracy(params, x, y) -> float:
+    w1, b1, w2, b2 = params
+    return float(((np.maximum(x @ w1 + b1, 0) @ w2 + b2).argmax(1) == y).mean())
+
+
+# ---- compressors --------------------------------------------------------------------------
+
+class Compressor:
+    """Turns every worker's gradients into the mean gradient and counts bytes sent."""
+    name = "none (fp32)"
+
+    def aggregate(self, grads: list[list[np.ndarray]]) -> tuple[list[np.ndarray], int]:
+        """(mean of what the workers sent, bytes one worker sends)."""
+        mean = [np.mean([g[i] for g in grads], axis=0) for i in range(len(grads[0]))]
+        return mean, sum(g.size for g in grads[0]) * FLOAT_BYTES
+
+
+def topk_compress(grad: np.ndarray, memory: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k with error feedback on one flat tensor.
+
+    acc = grad + memory; keep the k entries of largest |acc| (others zero); the new memory
+    is acc minus what was kept. Returns (kept, new_memory), both shaped like ``grad``.
+    """
+    grad = np.asarray(grad, dtype=float)
+    if grad.shape != np.shape(memory):
+        raise ValueError(f"memory must have the gradient's shape {grad.shape}, "
+                         f"got {np.shape(memory)}")
+    if not 0 <= k <= grad.size:
+        raise ValueError(f"k must be in [0, {grad.size}], got {k}")
+    acc = (grad + memory).ravel()
+    kept = np.zeros_like(acc)
+    if k:
+        idx = np.argpartition(np.abs(acc), acc.size - k)[acc.size - k:]
+        kept[idx] = acc[idx]
+    return kept.reshape(grad.shape), (acc - kept).reshape(grad.shape)
+
+
+class TopK(Compressor):
+    def __init__(self, ratio: float, error_feedback: bool = True):
+        if not 0 < ratio <= 1:
+            raise ValueError(f"ratio must be in (0, 1], got {ratio}")
+        self.ratio, self.ef = ratio, error_feedback
+        self.name = f"top-{ratio:.0%}" + (" + EF" if error_feedback else "")
+        self.memory: dict[tuple[int, int], np.ndarray] = {}
+
+    def aggregate(self, grads):
+        sent, nbytes = [], 0
+        for w, g in enumerate(grads):
+            out = []
+            for i, t in enumerate(g):
+                mem = self.memory.get((w, i), np.zeros_like(t))
+                k = max(1, int(round(self.ratio * t.size)))
+                kept, new_mem = topk_compress(t, mem, k)
+                if self.ef:
+                    self.memory[(w, i)] = new_mem
+                out.append(kept)
+                if w == 0:
+                    nbytes += k * (FLOAT_BYTES + 4)
+            sent.append(out)
+        return [np.mean([s[i] for s in sent], axis=0) for i in range(len(sent[0]))], nbytes
+
+
+def int8_quantize(x: np.ndarray) -> tuple[np.ndarray, float]:
+    """Symmetric 8-bit: scale = max|x| / 127, q = round(x / scale) in [-127, 127]."""
+    m = float(np.max(np.abs(x))) if x.size else 0.0
+    scale = m / 127 if m > 0 else 1.0
+    return np.clip(np.round(x / scale), -127, 127).astype(np.int8), scale
+
+
+class Int8(Compressor):
+    def __init__(self, error_feedback: bool = True):
+        self.ef = error_feedback
+        self.name = "int8" + (" + EF" if error_feedback else "")
+        self.memory: dict[tuple[int, int], np.ndarray] = {}
+
+    def aggregate(self, grads):
+        sent, nbytes = [], 0
+        for w, g in enumerate(grads):
+            out = []
+            for i, t in enumerate(g):
+                acc = t + self.memory.get((w, i), 0.0)
+                q, s = int8_quantize(acc)
+                deq = q.astype(float) * s
+                if self.ef:
+                    self.memory[(w, i)] = acc - deq
+                out.append(deq)
+                if w == 0:
+                    nbytes += t.size + 4
+            sent.append(out)
+        return [np.mean([s[i] for s in sent], axis=0) for i in range(len(sent[0]))], nbytes
+
+
+class PowerSGD(Compressor):
+    """Vogels et al. 2019, Algorithm 1, for every 2-D tensor; 1-D tensors go uncompressed."""
+
+    def __init__(self, rank: int = 2, seed: int = 0):
+        if rank < 1:
+            raise ValueError(f"rank must be >= 1, got {rank}")
+        self.rank = rank
+        self.name = f"PowerSGD rank {rank}"
+        self.rng = np.random.default_rng(seed)
+        self.q: dict[int, np.ndarray] = {}
+        self.memory: dict[tuple[int, int], np.ndarray] = {}
+
+    def aggregate(self, grads):
+        nw = len(grads)
+        out, nbytes = [], 0
+        for i in range(len(grads[0])):
+            ms = [g[i] + self.memory.get((w, i), 0.0) for w, g in enumerate(grads)]
+            if ms[0].ndim != 2:
+                out.append(np.mean(ms, axis=0))
+                nbytes += ms[0].size * FLOAT_BYTES
+                continue
+            m, n = ms[0].shape
+            r = min(self.rank, m, n)
+            q = self.q.get(i)
+            if q is None:
+                q = self.rng.standard_normal((n, r))
+            p = np.mean([mm @ q for mm in ms], axis=0)          # all-reduce of P
+            p, _ = np.linalg.qr(p)                               # orthogonalise
+            q = np.mean([mm.T @ p for mm in ms], axis=0)         # all-reduce of Q
+            self.q[i] = q
+            approx = p @ q.T
+            for w in range(nw):
+                self.memory[(w, i)] = ms[w] - approx
+            out.append(approx)
+            nbytes += (m + n) * r * FLOAT_BYTES
+        return out, nbytes
+
+
+# ---- training loops ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TrainResult:
+    name: str
+    bytes_per_worker: int        # payload one worker sent over the whole run
+    test_accuracy: float
+    losses: tuple[float, ...]    # mean training loss of each step
+    bytes_curve: tuple[int, ...]  # cumulative bytes per worker after each step
+
+
+def _shards(task: Task, workers: int) -> list[np.ndarray]:
+    if int(workers) != workers or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    return np.array_split(np.arange(len(task.y_train)), workers)
+
+
+def _batch(rng, shard, batch):
+    return rng.choice(shard, size=min(batch, len(shard)), replace=False)
+
+
+def train_sync(compressor: Compressor | None = None, *, task: Task | None = None,
+               workers: int = 4, steps: int = 200, batch: int = 16, lr: float = 0.2,
+               hidden: int = 64, seed: int = 0) -> TrainResult:
+    """Synchronous data-parallel SGD: every step all workers' gradients are aggregated."""
+    comp = compressor or Compressor()
+    task = task or digits_task(seed)
+    shards = _shards(task, workers)
+    if steps < 1 or batch < 1:
+        raise ValueError(f"steps and batch must be >= 1, got {steps}, {batch}")
+    rng = np.random.default_rng(seed)
+    params = init_params(hidden, seed)
+    losses, curve, total = [], [], 0
+    for _ in range(steps):
+        grads, ls = [], []
+        for s in shards:
+            b = _batch(rng, s, batch)
+            loss, g = loss_and_grads(params, task.x_train[b], task.y_train[b])
+            grads.append(g)
+            ls.append(loss)
+        mean, nbytes = comp.aggregate(grads)
+        params = [p - lr * g for p, g in zip(params, mean)]
+        total += nbytes
+        losses.append(float(np.mean(ls)))
+        curve.append(total)
+    return TrainResult(comp.name, total, accuracy(params, task.x_test, task.y_test),
+                       tuple(losses), tuple(curve))
+
+
+def train_local_sgd(period: int, *, task: Task | None = None, workers: int = 4,
+                    steps: int = 200, batch: int = 16, lr: float = 0.2, hidden: int = 64,
+                    seed: int = 0) -> TrainResult:
+    """Each worker steps on its own copy; every ``period`` steps the copies are averaged
+    (one parameter all-reduce: the worker sends its parameters once)."""
+    if period < 1:
+        raise ValueError(f"period must be >= 1, got {period}")
+    task = task or digits_task(seed)
+    shards = _shards(task, workers)
+    rng = np.random.default_rng(seed)
+    copies = [init_params(hidden, seed) for _ in shards]
+    size = sum(p.size for p in copies[0]) * FLOAT_BYTES
+    losses, curve, total = [], [], 0
+    for step in range(1, steps + 1):
+        ls = []
+        for w, s in enumerate(shards):
+            b = _batch(rng, s, batch)
+            loss, g = loss_and_grads(copies[w], task.x_train[b], task.y_train[b])
+            copies[w] = [p - lr * gi for p, gi in zip(copies[w], g)]
+            ls.append(loss)
+        if step % period == 0 or step == steps:
+            avg = [np.mean([c[i] for c in copies], axis=0) for i in range(len(copies[0]))]
+            copies = [[a.copy() for a in avg] for _ in shards]
+            total += size
+        losses.append(float(np.mean(ls)))
+        curve.append(total)
+    return TrainResult(f"local SGD, H={period}", total,
+                       accuracy(copies[0], task.x_test, task.y_test), tuple(losses),
+                       tuple(curve))
+
+
+def train_async(staleness: int, *, task: Task | None = None, workers: int = 4,
+                steps: int = 200, batch: int = 16, lr: float = 0.2, hidden: int = 64,
+                seed: int = 0) -> TrainResult:
+    """Parameter server: ``workers × steps`` updates, worker (u mod workers) computes update
+    u's gradient on the parameters of update u - ``staleness``; it sends the gradient and
+    receives fresh parameters (both counted for that worker). ``lr`` is divided by
+    ``workers`` so each gradient counts as much as in synchronous SGD's mean.
+    """
+    if staleness < 0:
+        raise ValueError(f"staleness must be >= 0, got {staleness}")
+    task = task or digits_task(seed)
+    shards = _shards(task, workers)
+    rng = np.random.default_rng(seed)
+    history = [init_params(hidden, seed)]
+    size = sum(p.size for p in history[0]) * FLOAT_BYTES
+    losses, curve, total, ls = [], [], 0, []
+    for u in range(workers * steps):
+        w = u % workers
+        old = history[max(0, len(history) - 1 - staleness)]
+        b = _batch(rng, shards[w], batch)
+        loss, g = loss_and_grads(old, task.x_train[b], task.y_train[b])
+        history.append([p - lr / workers * gi for p, gi in zip(history[-1], g)])
+        history = history[-(staleness + 1):]
+        ls.append(loss)
+        if w == 0:
+            total += 2 * size
+        if w == workers - 1:
+            losses.append(float(np.mean(ls)))
+            curve.append(total)
+            ls = []
+    return TrainResult(f"async SGD, staleness {staleness}", total,
+                       accuracy(history[-1], task.x_test, task.y_test), tuple(losses),
+                       tuple(curve))
+
+
+def compare_methods(*, steps: int = 150, workers: int = 4, seed: int = 0) -> list[TrainResult]:
+    """Every method on the same task and seed (the chapter's table and plot)."""
+    from tqdm.auto import tqdm
+    task = digits_task(seed)
+    kw = dict(task=task, workers=workers, steps=steps, seed=seed)
+    jobs = [
+        ("sync fp32", lambda: train_sync(None, **kw)),
+        ("top-1%", lambda: train_sync(TopK(0.01, error_feedback=False), **kw)),
+        ("top-1% + EF", lambda: train_sync(TopK(0.01), **kw)),
+        ("int8 + EF", lambda: train_sync(Int8(), **kw)),
+        ("PowerSGD r=2", lambda: train_sync(PowerSGD(2, seed), **kw)),
+        ("local SGD H=8", lambda: train_local_sgd(8, **kw)),
+        ("async, staleness 3", lambda: train_async(3, **kw)),
+    ]
+    return [fn() for _, fn in tqdm(jobs, desc="training", leave=False)]

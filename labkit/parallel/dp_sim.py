@@ -1,0 +1,305 @@
+"""Data-parallel training step simulator: DataParallel vs DistributedDataParallel.
+
+One step of synchronous data parallelism on ``world`` GPUs, each with ``per_gpu_batch``
+samples (weak scaling: the global batch grows with the world):
+
+* ``ddp`` (DistributedDataParallel; Li et al., "PyTorch Distributed", VLDB 2020): one
+  process per GPU. Backward produces gradients from the last layer to the first; they are
+  packed into buckets of at least ``bucket_mb`` MB, and each bucket's ring all-reduce starts
+  as soon as the bucket is full on every rank (and the previous one is done), overlapping
+  communication with the rest of backward. The step ends when backward and the last
+  all-reduce are done, then the optimizer runs on every GPU.
+* ``ddp_no_overlap``: the same buckets, all-reduced only after backward ends.
+* ``dp`` (``nn.DataParallel``): one process drives every GPU with threads. Each step GPU 0
+  broadcasts the parameters (replicate), scatters the input, the threads run forward,
+  outputs are gathered on GPU 0 for the loss and their gradients scattered back, the
+  threads run backward — kernel launches from all threads share one Python interpreter
+  (the GIL), so host time per layer is multiplied by the GPU count — then gradients are
+  reduced onto GPU 0 after backward (no overlap) and only GPU 0 runs the optimizer.
+
+Compute time of a layer = max(FLOPs / sustained FLOP/s, host launch time); backward costs
+2× forward (Kaplan et al. 2020, §2.1: ≈ 6N FLOPs per token for training, 2N forward).
+Communication uses :func:`labkit.parallel.cost.collective_time`. A synchronous step waits
+for the slowest rank: ``jitter`` draws each rank's compute slowdown from a log-normal and
+``slow_rank`` makes one rank that many times slower.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from labkit.parallel.cost import collective_time
+
+MODES = ("ddp", "ddp_no_overlap", "dp")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A GPU server (and its network) as the simulator needs it.
+
+    ``link_bandwidth`` is one direction of one GPU's GPU-to-GPU bandwidth (what a ring
+    all-reduce can drive per hop); ``network_bandwidth`` the same per GPU between nodes.
+    """
+    name: str
+    gpu_flops: float            # sustained training FLOP/s per GPU
+    link_bandwidth: float       # B/s per direction, within a node
+    link_latency: float         # s per message (α) within a node
+    gpus_per_node: int
+    network_bandwidth: float    # B/s per direction per GPU, between nodes
+    network_latency: float      # s per message between nodes
+    launch_overhead: float = 10e-6   # host seconds per kernel launch (Python + driver)
+    source: str = ""
+
+    def alpha_beta(self, world: int) -> tuple[float, float]:
+        """α, β of the ring's slowest hop: NVLink/PCIe inside a node, the NIC across nodes."""
+        if world <= self.gpus_per_node:
+            return self.link_latency, 1.0 / self.link_bandwidth
+        bw = min(self.link_bandwidth, self.network_bandwidth)
+        return self.network_latency, 1.0 / bw
+
+
+GB = 1e9
+HARDWARE = {
+    "8× V100 PCIe 3.0": Hardware(
+        "8× V100 PCIe 3.0", 15.7e12 * 0.4, 15.75 * GB / 2, 10e-6, 8, 12.5 * GB / 8, 5e-6,
+        source="V100 datasheet: 15.7 TFLOPS FP32; PCIe 3.0 ×16 = 15.75 GB/s per direction "
+               "(PCI-SIG), shared by GPU pairs behind a switch; 100 Gb/s EDR InfiniBand per node"),
+    "8× V100 NVLink (DGX-1)": Hardware(
+        "8× V100 NVLink (DGX-1)", 15.7e12 * 0.4, 150 * GB, 5e-6, 8, 50 * GB / 8, 5e-6,
+        source="V100 datasheet: NVLink 2.0 300 GB/s total (150 per direction); DGX-1: "
+               "4× 100 Gb/s EDR InfiniBand per node"),
+    "8× A100 PCIe 4.0": Hardware(
+        "8× A100 PCIe 4.0", 156e12 * 0.4, 31.5 * GB / 2, 10e-6, 8, 25 * GB, 5e-6,
+        source="A100 datasheet: 156 TFLOPS TF32, PCIe 4.0 64 GB/s (31.5 per direction), "
+               "shared by GPU pairs; 200 Gb/s HDR InfiniBand per GPU"),
+    "8× A100 NVLink (DGX A100)": Hardware(
+        "8× A100 NVLink (DGX A100)", 156e12 * 0.4, 300 * GB, 5e-6, 8, 25 * GB, 5e-6,
+        source="A100 datasheet: NVLink 3 600 GB/s total (300 per direction); DGX A100: "
+               "8× 200 Gb/s HDR InfiniBand (25 GB/s per GPU)"),
+    "8× H100 NVLink (DGX H100)": Hardware(
+        "8× H100 NVLink (DGX H100)", 989e12 * 0.4, 450 * GB, 4e-6, 8, 50 * GB, 4e-6,
+        source="H100 SXM datasheet: 989 TFLOPS BF16 dense, NVLink 4 900 GB/s total "
+               "(450 per direction); DGX H100: 8× 400 Gb/s NDR (50 GB/s per GPU)"),
+}
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """Per-layer parameter counts and forward FLOPs per sample, first layer first."""
+    name: str
+    layer_params: tuple[float, ...]
+    layer_flops: tuple[float, ...]
+    input_bytes: float                     # bytes of one input sample
+    kernels_per_layer: int = 3             # forward launches per layer (backward: 2×)
+    output_bytes: float = 40.0             # bytes of one sample's output (logits)
+
+    @property
+    def params(self) -> float:
+        return float(sum(self.layer_params))
+
+    @property
+    def flops(self) -> float:
+        return float(sum(self.layer_flops))
+
+
+def _profile(name: str, params: float, flops: float, layers: int, input_bytes: float,
+             skew: float, output_bytes: float = 40.0) -> ModelProfile:
+    """A stylised profile with the right totals: later layers hold more parameters
+    (``skew`` > 1: geometric growth), FLOPs spread evenly."""
+    w = skew ** np.linspace(0.0, 1.0, layers)
+    p = params * w / w.sum()
+    f = np.full(layers, flops / layers)
+    return ModelProfile(name, tuple(float(x) for x in p), tuple(float(x) for x in f),
+                        input_bytes, output_bytes=output_bytes)
+
+
+MODELS = {
+    # He et al. 2016: 25.6 M parameters, 4.1 GMACs (8.2 GFLOPs) per 224×224 image.
+    "ResNet-50": _profile("ResNet-50", 25.6e6, 8.2e9, 54, 3 * 224 * 224 * 4, 30.0, 1000 * 4),
+    # Devlin et al. 2019: 110 M parameters; forward ≈ 2 × params × 128 tokens.
+    "BERT-base (seq 128)": _profile("BERT-base (seq 128)", 110e6, 2 * 110e6 * 128, 14,
+                                    128 * 8, 1.0),
+    # A small MLP like chapter 09's real run: few FLOPs per parameter, launch-bound.
+    "MLP 64-512-512-10": _profile("MLP 64-512-512-10", 64 * 512 + 512 * 512 + 5130,
+                                  2 * (64 * 512 + 512 * 512 + 5130), 3, 64 * 4, 1.0),
+}
+
+
+@dataclass(frozen=True)
+class Event:
+    lane: str
+    start: float
+    end: float
+    label: str
+    kind: str      # "forward", "backward", "comm", "optimizer", "overhead"
+
+
+@dataclass(frozen=True)
+class StepResult:
+    mode: str
+    world: int
+    per_gpu_batch: int
+    step_time: float
+    compute_time: float        # slowest rank's forward + backward
+    comm_time: float           # total all-reduce / reduce / broadcast time
+    exposed_comm: float        # step time not hidden behind compute (excl. optimizer)
+    buckets: tuple[float, ...]  # bucket sizes in bytes (DDP)
+    events: tuple[Event, ...] = field(default=())
+
+    @property
+    def throughput(self) -> float:
+        """Samples per second across all GPUs."""
+        return self.world * self.per_gpu_batch / self.step_time
+
+
+def make_buckets(grad_bytes_reverse, cap_bytes: float) -> list[list[int]]:
+    """DDP's bucketing: walk gradients in the order backward produces them (last layer
+    first) and close a bucket as soon as it holds at least ``cap_bytes``.
+
+    Returns lists of indices into ``grad_bytes_reverse``. (PyTorch's Reducer caps the first
+    bucket at 1 MB; here all buckets use ``cap_bytes``.)
+    """
+    if cap_bytes <= 0:
+        raise ValueError(f"cap_bytes must be > 0, got {cap_bytes!r}")
+    buckets: list[list[int]] = []
+    cur: list[int] = []
+    size = 0.0
+    for i, b in enumerate(grad_bytes_reverse):
+        if b < 0:
+            raise ValueError(f"gradient sizes must be >= 0, got {b!r} at {i}")
+        cur.append(i)
+        size += b
+        if size >= cap_bytes:
+            buckets.append(cur)
+            cur, size = [], 0.0
+    if cur:
+        buckets.append(cur)
+    return buckets
+
+
+def _rank_slowdowns(world: int, jitter: float, slow_rank: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    s = np.exp(rng.normal(0.0, jitter, size=world)) if jitter > 0 else np.ones(world)
+    s = np.maximum(s, 1.0) if jitter > 0 else s
+    s[-1] *= slow_rank
+    return s
+
+
+def simulate_step(model: ModelProfile, hw: Hardware, world: int, mode: str = "ddp", *,
+                  per_gpu_batch: int = 32, bucket_mb: float = 25.0, bytes_per_grad: int = 4,
+                  jitter: float = 0.0, slow_rank: float = 1.0, seed: int = 0) -> StepResult:
+    """Simulate one training step; see the module docstring for the model of each mode."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if int(world) != world or world < 1:
+        raise ValueError(f"world must be an integer >= 1, got {world!r}")
+    if per_gpu_batch < 1:
+        raise ValueError(f"per_gpu_batch must be >= 1, got {per_gpu_batch!r}")
+    if bucket_mb <= 0:
+        raise ValueError(f"bucket_mb must be > 0, got {bucket_mb!r}")
+    if jitter < 0 or slow_rank < 1:
+        raise ValueError(f"jitter must be >= 0 and slow_rank >= 1, got {jitter}, {slow_rank}")
+    alpha, beta = hw.alpha_beta(world)
+    gamma = bytes_per_grad / hw.gpu_flops / 4  # an add per element, at a quarter of peak
+    slow = _rank_slowdowns(world, jitter, slow_rank, seed)
+    threads = world if mode == "dp" else 1        # DP: one interpreter launches for all
+    host = hw.launch_overhead * model.kernels_per_layer * threads
+    fwd = np.array([max(f * per_gpu_batch / hw.gpu_flops, host) for f in model.layer_flops])
+    bwd = np.array([max(2 * f * per_gpu_batch / hw.gpu_flops, 2 * host)
+                    for f in model.layer_flops])
+    worst = float(slow.max())
+    events: list[Event] = []
+    t = 0.0
+    comm = 0.0
+    grad_bytes = np.array(model.layer_params) * bytes_per_grad
+    if mode == "dp" and world > 1:
+        rep = collective_time("broadcast", "tree", grad_bytes.sum(), world, alpha=alpha,
+                              beta=beta)
+        scat = (world - 1) * per_gpu_batch * model.input_bytes * beta + alpha * (world - 1)
+        events.append(Event("GPU 0", t, t + rep, "replicate params", "overhead"))
+        events.append(Event("GPU 0", t + rep, t + rep + scat, "scatter input", "overhead"))
+        t += rep + scat
+        comm += rep + scat
+    f_total = fwd.sum() * worst
+    events.append(Event("compute", t, t + f_total, "forward", "forward"))
+    t += f_total
+    gather = 0.0
+    if mode == "dp" and world > 1:   # outputs to GPU 0 for the loss, output grads back
+        gather = 2 * ((world - 1) * per_gpu_batch * model.output_bytes * beta + alpha)
+        events.append(Event("GPU 0", t, t + gather, "gather outputs / scatter grads",
+                            "overhead"))
+        t += gather
+        comm += gather
+    bwd_start = t
+    # gradient of layer i is ready when backward has passed layers L-1 .. i
+    rev = bwd[::-1] * worst
+    ready = bwd_start + np.cumsum(rev)
+    bwd_end = float(ready[-1])
+    events.append(Event("compute", bwd_start, bwd_end, "backward", "backward"))
+    buckets: list[float] = []
+    if world == 1:
+        end = bwd_end
+    elif mode == "dp":
+        red = collective_time("all_reduce", "tree", grad_bytes.sum(), world, alpha=alpha,
+                              beta=beta, gamma=gamma) / 2   # a reduce is half a tree allreduce
+        events.append(Event("GPU 0", bwd_end, bwd_end + red, "reduce grads to GPU 0", "comm"))
+        comm += red
+        end = bwd_end + red
+    else:
+        groups = make_buckets(grad_bytes[::-1], bucket_mb * 1e6)
+        free = bwd_start if mode == "ddp" else bwd_end
+        for g in groups:
+            size = float(grad_bytes[::-1][g].sum())
+            buckets.append(size)
+            start = max(free, float(ready[g[-1]])) if mode == "ddp" else free
+            d = collective_time("all_reduce", "ring", size, world, alpha=alpha, beta=beta,
+                                gamma=gamma)
+            events.append(Event("comm", start, start + d, f"bucket {len(buckets)}", "comm"))
+            free = start + d
+            comm += d
+        end = max(free, bwd_end)
+    opt = 3 * model.params * bytes_per_grad / (hw.gpu_flops / 50)   # memory-bound update
+    if mode == "dp" and world > 1:
+        opt_lane = "GPU 0"
+    else:
+        opt_lane = "compute"
+    events.append(Event(opt_lane, end, end + opt, "optimizer", "optimizer"))
+    compute = f_total + (bwd_end - bwd_start)
+    exposed = end - compute              # communication not hidden behind compute
+    return StepResult(mode, int(world), int(per_gpu_batch), end + opt, compute, comm,
+                      exposed, tuple(buckets), tuple(events))
+
+
+@dataclass(frozen=True)
+class Scaling:
+    mode: str
+    worlds: tuple[int, ...]
+    throughput: tuple[float, ...]
+    efficiency: tuple[float, ...]   # throughput(n) / (n × throughput(1))
+    speedup: tuple[float, ...]
+
+
+def scaling_efficiency(throughputs, worlds) -> np.ndarray:
+    """Linear-scaling efficiency: (throughput(n) / throughput(1)) / n; worlds[0] must be 1."""
+    thr = np.asarray(throughputs, dtype=float)
+    w = np.asarray(worlds, dtype=float)
+    if thr.shape != w.shape or thr.ndim != 1 or thr.size == 0:
+        raise ValueError("throughputs and worlds must be 1-D of the same non-zero length")
+    if w[0] != 1:
+        raise ValueError(f"worlds[0] must be 1 (the single-GPU baseline), got {w[0]}")
+    if np.any(thr <= 0):
+        raise ValueError("throughputs must be > 0")
+    return thr / thr[0] / w
+
+
+def scaling(model: ModelProfile, hw: Hardware, worlds=(1, 2, 4, 8), mode: str = "ddp",
+            **kw) -> Scaling:
+    """Throughput and efficiency for each world size (world 1 is the plain single GPU)."""
+    worlds = tuple(int(w) for w in worlds)
+    if not worlds or worlds[0] != 1:
+        raise ValueError(f"worlds must start at 1, got {worlds}")
+    thr = tuple(simulate_step(model, hw, w, mode, **kw).throughput for w in worlds)
+    eff = scaling_efficiency(thr, worlds)
+    return Scaling(mode, worlds, thr, tuple(float(e) for e in eff),
+                   tuple(float(t / thr[0]) for t in thr))

@@ -1,0 +1,262 @@
+"""Real ``torch.distributed`` runs: N local processes, all-reduce timing, α-β fit.
+
+:func:`launch` starts ``world`` processes with the ``spawn`` start method, sets the same
+environment ``torchrun`` sets (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK),
+initialises a process group (gloo on CPU, NCCL when every rank can have its own GPU) on a
+port the operating system picked as free (bind port 0), calls ``fn(rank, world, *args)``
+in each and returns the per-rank results. ``fn`` must be importable (defined in a module,
+not in a notebook cell), because spawned processes import it by name.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from labkit.parallel.cost import cost_terms
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free right now: bind port 0 and read what the OS gave us."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def default_backend(world: int = 1) -> str:
+    """"nccl" when there is a CUDA GPU for each of ``world`` ranks (NCCL refuses two ranks
+    on one GPU) and NCCL is built in, else "gloo"."""
+    import torch
+    import torch.distributed as dist
+    if torch.cuda.is_available() and dist.is_nccl_available() and \
+            torch.cuda.device_count() >= world:
+        return "nccl"
+    return "gloo"
+
+
+def _worker(rank: int, world: int, port: int, backend: str, threads: int, timeout_s: float,
+            fn: Callable, args: tuple, queue) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    try:
+        import torch
+        import torch.distributed as dist
+        torch.set_num_threads(threads)
+        if backend == "nccl":
+            torch.cuda.set_device(rank % torch.cuda.device_count())
+        dist.init_process_group(backend, rank=rank, world_size=world,
+                                timeout=timedelta(seconds=timeout_s))
+        try:
+            result = fn(rank, world, *args)
+        finally:
+            dist.destroy_process_group()
+        queue.put((rank, True, result))
+    except BaseException:
+        queue.put((rank, False, traceback.format_exc()))
+
+
+def launch(fn: Callable, world: int, *args: Any, backend: str | None = None,
+           threads: int = 1, timeout_s: float = 60.0, retries: int = 1) -> list[Any]:
+    """Run ``fn(rank, world, *args)`` in ``world`` processes joined by a process group.
+
+    Returns the results in rank order. A rank that raises makes this raise RuntimeError
+    with that rank's traceback. ``threads`` is each process's torch thread count (keep
+    world × threads <= cores). If the free port is taken before rank 0 binds it (a race
+    with other programs) or no result comes within ``timeout_s`` + 30 s, the processes are
+    killed and the launch is retried ``retries`` times on a new port.
+    """
+    import queue as queue_mod
+
+    import torch.multiprocessing as mp
+    if int(world) != world or world < 1:
+        raise ValueError(f"world must be an integer >= 1, got {world!r}")
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads!r}")
+    backend = backend or default_backend(world)
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
+    if backend == "nccl":
+        import torch
+        if torch.cuda.device_count() < world:
+            raise ValueError(f"backend 'nccl' needs one CUDA GPU per rank (world={world}, "
+                             f"GPUs={torch.cuda.device_count()}); use backend='gloo'")
+    ctx = mp.get_context("spawn")
+    for attempt in range(retries + 1):
+        q = ctx.Queue()
+        port = free_port()
+        procs = [ctx.Process(target=_worker, args=(r, world, port, backend, threads, timeout_s,
+                                                  fn, args, q), daemon=True)
+                 for r in range(world)]
+        for p in procs:
+            p.start()
+        results: dict[int, Any] = {}
+        errors: dict[int, str] = {}
+        deadline = time.monotonic() + timeout_s + 30
+        while len(results) + len(errors) < world:
+            try:
+                rank, ok, value = q.get(timeout=0.5)
+                (results if ok else errors)[rank] = value
+                continue
+            except queue_mod.Empty:
+                pass
+            dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)
+                    and r not in results and r not in errors]
+            if dead and q.empty():
+                for r in dead:
+                    errors[r] = f"process exited with code {procs[r].exitcode} before " \
+                                f"reporting (is fn importable? is the caller guarded by " \
+                                f"if __name__ == '__main__'?)"
+                break
+            if time.monotonic() > deadline:
+                errors[-1] = f"no result within {timeout_s + 30:.0f} s"
+                break
+        for p in procs:
+            p.join(timeout=0 if errors else 30)
+            if p.is_alive():
+                p.terminate()
+                p.join()
+        if not errors:
+            return [results[r] for r in range(world)]
+        text = "\n".join(f"rank {r}:\n{e}" for r, e in sorted(errors.items()))
+        port_trouble = "address already in use" in text.lower() or -1 in errors
+        if attempt < retries and port_trouble:
+            continue
+        raise RuntimeError(f"distributed run failed ({backend}, world={world}):\n{text}")
+    raise AssertionError("unreachable")
+
+
+# ---- all-reduce: correctness and timing ------------------------------------------------
+
+def allreduce_worker(rank: int, world: int, sizes: Sequence[int], repeats: int,
+                     seed: int) -> dict:
+    """Inside a process group: check one all_reduce against numpy, then time each size.
+
+    Sizes are float32 element counts. Each timing sample is the slowest rank's time
+    (an all-reduce is done when the last rank is done), median over ``repeats``; one warm-up
+    all-reduce per size first.
+    """
+    import time
+
+    import torch
+    import torch.distributed as dist
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    n = int(sizes[0])
+    mine = np.random.default_rng(seed + rank).standard_normal(n).astype(np.float32)
+    want = sum(np.random.default_rng(seed + r).standard_normal(n).astype(np.float64)
+               for r in range(world))
+    t = torch.from_numpy(mine).to(device)
+    dist.all_reduce(t)
+    got = t.cpu().numpy().astype(np.float64)
+    error = float(np.max(np.abs(got - want)))
+    bufs = [torch.ones(int(size), dtype=torch.float32, device=device) for size in sizes]
+    for x in bufs:
+        dist.all_reduce(x)
+    samples = [[] for _ in sizes]
+    # sizes interleaved within each repeat, so a burst of outside load hits all of them
+    for _ in range(repeats):
+        for i, x in enumerate(bufs):
+            dist.barrier()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            dist.all_reduce(x)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            dt = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+            dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+            samples[i].append(float(dt))
+    medians = [float(np.median(s)) for s in samples]
+    return {"error": error, "result": got if rank == 0 else None, "seconds": medians}
+
+
+@dataclass(frozen=True)
+class AllReduceMeasurement:
+    """Median all-reduce seconds per message size, measured on real processes."""
+    world: int
+    backend: str
+    nbytes: np.ndarray
+    seconds: np.ndarray
+    max_error: float        # |all_reduce - numpy sum| on random data (float32)
+    result: np.ndarray      # rank 0's all-reduced random vector
+    expected: np.ndarray    # the numpy sum of the same vectors
+
+
+def measure_allreduce(world: int = 2, sizes: Sequence[int] = (1 << 10, 1 << 13, 1 << 16,
+                      1 << 18, 1 << 20), repeats: int = 15, backend: str | None = None,
+                      seed: int = 0) -> AllReduceMeasurement:
+    """Launch ``world`` processes, check all_reduce and time it at each float32 count."""
+    sizes = [int(s) for s in sizes]
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"sizes must be a non-empty list of element counts >= 1, got {sizes}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    backend = backend or default_backend(world)
+    out = launch(allreduce_worker, world, sizes, repeats, seed, backend=backend)
+    expected = sum(np.random.default_rng(seed + r).standard_normal(sizes[0]).astype(np.float64)
+                   for r in range(world))
+    return AllReduceMeasurement(world, backend, np.array(sizes) * 4,
+                                np.array(out[0]["seconds"]), max(o["error"] for o in out),
+                                out[0]["result"], expected)
+
+
+# ---- fitting α and β ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AlphaBetaFit:
+    """α (s/message) and β (s/byte) of the all-reduce model fitted to measurements."""
+    alpha: float
+    beta: float
+    world: int
+    algorithm: str
+    nbytes: np.ndarray
+    seconds: np.ndarray
+
+    def predict(self, nbytes) -> np.ndarray:
+        from labkit.parallel.cost import collective_time
+        return np.array([collective_time("all_reduce", self.algorithm, float(n), self.world,
+                                         alpha=self.alpha, beta=self.beta)
+                         for n in np.atleast_1d(nbytes)])
+
+    @property
+    def bandwidth(self) -> float:
+        """1/β in bytes/s: the link bandwidth the fit implies."""
+        return 1.0 / self.beta if self.beta > 0 else float("inf")
+
+    @property
+    def relative_errors(self) -> np.ndarray:
+        return (self.predict(self.nbytes) - self.seconds) / self.seconds
+
+
+def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float], world: int,
+                   algorithm: str = "ring") -> AlphaBetaFit:
+    """Least-squares α, β ≥ 0 so that collective_time(all_reduce, algorithm) fits ``seconds``.
+
+    The model is linear in (α, β): t = a·α + b(n)·β with a, b from :func:`cost_terms`
+    (γ folded into β). Residuals are weighted by 1/t, i.e. relative errors are minimised, so
+    small messages (which set α) count as much as large ones (which set β). Non-negativity
+    by ``scipy.optimize.nnls``.
+    """
+    from scipy.optimize import nnls
+    n = np.asarray(nbytes, dtype=float)
+    t = np.asarray(seconds, dtype=float)
+    if n.shape != t.shape or n.ndim != 1 or n.size < 2:
+        raise ValueError(f"nbytes and seconds must be 1-D of the same length >= 2, got "
+                         f"{n.shape} and {t.shape}")
+    if np.any(t <= 0) or np.any(n < 0):
+        raise ValueError("seconds must be > 0 and nbytes >= 0")
+    if world < 2:
+        raise ValueError(f"world must be >= 2 to fit an all-reduce (nothing is sent at 1), "
+                         f"got {world}")
+    terms = [cost_terms("all_reduce", algorithm, float(x), world) for x in n]
+    design = np.array([[c.latency_count, c.path_bytes] for c in terms], dtype=float)
+    scale = np.array([1.0, 1e-9])          # keep the two columns of similar size
+    w = 1.0 / t
+    coef, _ = nnls(design * scale * w[:, None], t * w)
+    alpha, beta = coef * scale
+    return AlphaBetaFit(float(alpha), float(beta), int(world), algorithm, n, t)

@@ -1,0 +1,149 @@
+"""Simulated collectives: exact sums, message counts vs the α-β formulas, bad input."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from labkit.parallel.collectives import (all_gather, all_reduce, broadcast, chunk_bounds,
+                                         coverage, reduce_scatter, simulated_time)
+from labkit.parallel.cost import ALGORITHMS, POW2_ONLY, cost_terms, collective_time
+
+WORLDS = range(1, 10)
+
+
+def _data(p, n, seed, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4)).astype(dtype)
+            for _ in range(p)]
+
+
+@pytest.mark.parametrize("p", WORLDS)
+@pytest.mark.parametrize("alg", ALGORITHMS["all_reduce"])
+def test_all_reduce_is_the_sum(p, alg):
+    data = _data(p, 3 * p + 2, seed=p)          # size not a multiple of p
+    run = all_reduce(data, alg)
+    want = np.sum(data, axis=0)
+    for out in run.outputs:
+        np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-9)
+    assert all(np.array_equal(a, b) for a, b in zip(data, _data(p, 3 * p + 2, seed=p)))
+
+
+@pytest.mark.parametrize("p", WORLDS)
+@pytest.mark.parametrize("alg", ALGORITHMS["all_reduce"])
+def test_all_reduce_integer_data_is_exact(p, alg):
+    rng = np.random.default_rng(100 + p)
+    data = [rng.integers(-1000, 1000, size=2 * p + 1).astype(np.float32) for _ in range(p)]
+    for out in all_reduce(data, alg).outputs:
+        assert np.array_equal(out, np.sum(data, axis=0))
+
+
+@pytest.mark.parametrize("p", WORLDS)
+@pytest.mark.parametrize("alg", ALGORITHMS["all_reduce"])
+def test_all_reduce_counts_and_time_match_formulas(p, alg):
+    q = 1 << (p.bit_length() - 1)
+    n = 4 * p * q                                   # divisible by p and by p'
+    run = all_reduce(_data(p, n, 1, np.float32), alg)
+    terms = cost_terms("all_reduce", alg, run.nbytes, p)
+    assert run.messages == terms.messages
+    assert run.steps == terms.latency_count
+    assert run.bytes_sent == pytest.approx(terms.total_bytes)
+    kw = dict(alpha=3e-6, beta=1e-9, gamma=2e-10)
+    assert simulated_time(run, **kw) == pytest.approx(
+        collective_time("all_reduce", alg, run.nbytes, p, **kw), rel=1e-12)
+    assert (coverage(run)[-1] == p).all()
+
+
+def test_ring_hand_counts():
+    run = all_reduce(_data(4, 8, 0, np.float32), "ring")
+    assert (run.steps, run.messages) == (6, 24)      # 2(p-1) steps, 2p(p-1) messages
+    assert all(m.nbytes == 8 for m in run.log)       # 2 float32 per chunk
+    assert all(m.receiver == (m.sender + 1) % 4 for m in run.log)
+    links = run.link_bytes()
+    assert links[0, 1] == 6 * 8 and links[1, 0] == 0
+
+
+@pytest.mark.parametrize("p", WORLDS)
+@pytest.mark.parametrize("alg", ALGORITHMS["reduce_scatter"])
+def test_reduce_scatter(p, alg):
+    if (("reduce_scatter", alg) in POW2_ONLY) and p & (p - 1):
+        with pytest.raises(ValueError, match="power of two"):
+            reduce_scatter(_data(p, 2 * p, 0), alg)
+        return
+    data = _data(p, 2 * p + 3, seed=7 * p)
+    run = reduce_scatter(data, alg)
+    for got, want in zip(run.outputs, np.array_split(np.sum(data, axis=0), p)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
+    terms = cost_terms("reduce_scatter", alg, run.nbytes, p)
+    assert (run.messages, run.steps) == (terms.messages, terms.latency_count)
+    assert run.bytes_sent == pytest.approx(terms.total_bytes)
+
+
+@pytest.mark.parametrize("p", WORLDS)
+@pytest.mark.parametrize("alg", ALGORITHMS["all_gather"])
+def test_all_gather(p, alg):
+    rng = np.random.default_rng(p)
+    chunks = [rng.standard_normal(rng.integers(1, 5)) for _ in range(p)]
+    if (("all_gather", alg) in POW2_ONLY) and p & (p - 1):
+        with pytest.raises(ValueError, match="power of two"):
+            all_gather(chunks, alg)
+        return
+    run = all_gather(chunks, alg)
+    for out in run.outputs:
+        assert np.array_equal(out, np.concatenate(chunks))
+    even = all_gather([rng.standard_normal(3) for _ in range(p)], alg)
+    terms = cost_terms("all_gather", alg, even.nbytes, p)
+    assert (even.messages, even.steps) == (terms.messages, terms.latency_count)
+    assert simulated_time(even, alpha=1.0, beta=0.5) == pytest.approx(terms.time(1.0, 0.5))
+
+
+@pytest.mark.parametrize("p", WORLDS)
+@pytest.mark.parametrize("alg", ALGORITHMS["broadcast"])
+def test_broadcast_every_root(p, alg):
+    x = np.random.default_rng(p).standard_normal(5)
+    for root in range(p):
+        run = broadcast(x, p, root, alg)
+        assert all(np.array_equal(o, x) for o in run.outputs)
+        terms = cost_terms("broadcast", alg, run.nbytes, p)
+        assert (run.messages, run.steps) == (terms.messages, terms.latency_count)
+        assert not any(m.receiver == root for m in run.log)
+
+
+def test_tree_steps_are_ceil_log2():
+    assert [all_reduce(_data(p, 4, 0), "tree").steps for p in (2, 3, 4, 5, 8, 9)] == \
+        [2, 4, 4, 6, 6, 8]
+
+
+def test_inplace_writes_the_callers_buffers():
+    data = _data(5, 11, 3)
+    want = np.sum(data, axis=0)
+    all_reduce(data, "ring", inplace=True)
+    for d in data:
+        np.testing.assert_allclose(d, want, rtol=1e-12, atol=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(1, 9), extra=st.integers(0, 20), seed=st.integers(0, 10**6),
+       alg=st.sampled_from(ALGORITHMS["all_reduce"]))
+def test_all_reduce_property(p, extra, seed, alg):
+    data = _data(p, p + extra, seed)
+    for out in all_reduce(data, alg).outputs:
+        np.testing.assert_allclose(out, np.sum(data, axis=0), rtol=1e-10, atol=1e-8)
+
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(ValueError, match="world >= 1"):
+        all_reduce([], "ring")
+    with pytest.raises(ValueError, match="same size"):
+        all_reduce([np.ones(4), np.ones(5)], "ring")
+    with pytest.raises(ValueError, match="size must be >= 3"):
+        all_reduce([np.ones(2)] * 3, "ring")
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        all_reduce([np.ones(2)] * 2, "butterfly")
+    with pytest.raises(ValueError, match="1-D"):
+        all_reduce([np.ones((2, 2))] * 2, "tree")
+    with pytest.raises(ValueError, match="root must be in"):
+        broadcast(np.ones(3), 4, root=4)
+    with pytest.raises(ValueError, match="world must be"):
+        broadcast(np.ones(3), 0)
+    with pytest.raises(ValueError, match="world must be >= 1"):
+        chunk_bounds(5, 0)
+    assert chunk_bounds(7, 3) == (0, 3, 5, 7)
