@@ -31,7 +31,7 @@ def train_bn_dropout_model(p: float = 0.5, hidden: int = 128, epochs: int = 12, 
     """A digits classifier Linear-BatchNorm-ReLU-Dropout-Linear trained in torch (cached)."""
     import torch
 
-    from labkit.autograd.data import batches, load_digits
+    from labkit.data import batches, load_digits
 
     if not 0 <= p < 1:
         raise ValueError(f"p must be in [0, 1), got {p}")

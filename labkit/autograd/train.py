@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.autograd import functional as F
-from labkit.autograd.data import Split, batches, load_digits
+from labkit.data import Split, batches, load_digits
 from labkit.autograd.nn import Module, mlp
 from labkit.autograd.optim import SGD, Adam
 from labkit.autograd.tensor import Tensor, no_grad

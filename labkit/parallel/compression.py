@@ -24,30 +24,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from labkit.data import Split, load_digits
+
 FLOAT_BYTES = 4
 
 
 # ---- the task -------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Task:
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
+Task = Split  # x_train, y_train, x_test, y_test
 
 
 def digits_task(seed: int = 0, test_fraction: float = 0.3) -> Task:
-    """Digits scaled to [0, 1], split by a seeded permutation."""
-    from sklearn.datasets import load_digits
-    if not 0 < test_fraction < 1:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
-    d = load_digits()
-    x = d.data / 16.0
-    perm = np.random.default_rng(seed).permutation(len(x))
-    n_test = int(len(x) * test_fraction)
-    te, tr = perm[:n_test], perm[n_test:]
-    return Task(x[tr], d.target[tr], x[te], d.target[te])
+    """Digits scaled to [0, 1] in float64, split by a seeded permutation."""
+    return load_digits(test_fraction=test_fraction, seed=seed, dtype=np.float64)
 
 
 def init_params(hidden: int = 64, seed: int = 0) -> list[np.ndarray]:

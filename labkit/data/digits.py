@@ -14,14 +14,14 @@ class Split:
     y_test: np.ndarray
 
 
-def load_digits(test_fraction: float = 0.25, seed: int = 0) -> Split:
+def load_digits(test_fraction: float = 0.25, seed: int = 0, dtype=np.float32) -> Split:
     """A seeded, shuffled train/test split of the digits, pixels scaled from [0, 16] to [0, 1]."""
     if not 0 < test_fraction < 1:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
     from sklearn.datasets import load_digits as _load
 
     d = _load()
-    x = (d.data / 16.0).astype(np.float32)
+    x = (d.data / 16.0).astype(dtype)
     y = d.target.astype(np.int64)
     idx = np.random.default_rng(seed).permutation(len(y))
     n_test = int(round(len(y) * test_fraction))
