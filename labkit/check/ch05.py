@@ -1,0 +1,107 @@
+"""Chapter 05's exercises: a reduction, a tiled matmul, online softmax, arithmetic intensity.
+
+Kernels run under labkit's tracer on seeded, non-uniform inputs (sizes not multiples of
+the block), are compared with numpy, and must keep to a memory budget from the trace.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from labkit.check.ch04 import _budget, _rng, _run
+from labkit.check.core import Wrong, exercise, expect_close
+from labkit.kernels import library as lib
+from labkit.kernels.analysis import element_counts
+from labkit.kernels.models import matmul_traffic
+from labkit.kernels.ops import cdiv
+
+BLOCK = 64
+TILE = 8
+
+
+@exercise("5.1", "a shared-memory tree reduction", reference=lib.reduce_shared(BLOCK),
+          binds="reduce_block")
+def _(answer):
+    for seed, n in enumerate((1, 63, 200)):
+        a = (_rng(seed + 30).standard_normal(n) + 0.5).astype(np.float32)
+        blocks = cdiv(n, BLOCK)
+        out = np.zeros(blocks, dtype=np.float32)
+        trace = _run(answer, blocks, BLOCK, a, out)
+        padded = np.zeros(blocks * BLOCK, dtype=np.float32)
+        padded[:n] = a
+        want = padded.reshape(blocks, BLOCK).sum(axis=1)
+        expect_close(out, want, f"partial sums for n={n}", rtol=1e-4, atol=1e-4,
+                     hint="out[blockIdx.x] is the sum of that block's elements; threads "
+                     "past the end contribute 0; call cuda.syncthreads() after each step")
+        _budget(trace, "Load each element once; halve the number of active threads each "
+                "step with `if t < s: buf[t] += buf[t + s]` so lanes read consecutive "
+                "words.", max_global_reads=n, max_global_writes=blocks, max_conflict_ways=1,
+                max_shared_reads=blocks * 2 * BLOCK)
+
+
+@exercise("5.2", "a shared-memory tiled matmul", reference=lib.matmul_tiled(TILE),
+          binds="matmul_tiled")
+def _(answer):
+    for seed, (m, k, n) in enumerate([(9, 11, 13), (17, 8, 5)]):
+        rng = _rng(seed + 40)
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        c = np.zeros((m, n), dtype=np.float32)
+        trace = _run(answer, (cdiv(n, TILE), cdiv(m, TILE)), (TILE, TILE), a, b, c)
+        expect_close(c, a @ b, f"c for a {a.shape} @ b {b.shape}", rtol=1e-4, atol=1e-4,
+                     hint="threadIdx.x is the column j, threadIdx.y the row i; load zeros "
+                     "outside a and b; syncthreads after loading and after using a tile")
+        model = matmul_traffic(m, n, k, "tiled", TILE)
+        _budget(trace, f"Each element of a may be read at most ceil(n / TILE) = "
+                f"{model.max_reads_a} times: load tiles into shared memory and read the "
+                "inner products from there.",
+                max_reads_per_element={"a": model.max_reads_a, "b": model.max_reads_b})
+
+
+def softmax_reference(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+@exercise("5.3", "online softmax, one thread per row", reference=lib.softmax_rows_online,
+          binds="softmax_online")
+def _(answer):
+    for seed, (rows, cols) in enumerate([(5, 9), (33, 20)]):
+        x = (_rng(seed + 50).standard_normal((rows, cols)) * 4).astype(np.float32)
+        x[0, -1] = 60.0  # a late maximum: the running sum must be rescaled
+        out = np.zeros_like(x)
+        trace = _run(answer, cdiv(rows, 32), 32, x, out)
+        expect_close(out, softmax_reference(x), f"softmax for shape {x.shape}",
+                     rtol=1e-4, atol=1e-6,
+                     hint="when the max grows from m to m', multiply the running sum by "
+                     "exp(m - m'); subtract the final max before exp in the second pass")
+        worst = int(element_counts(trace, "x").max())
+        if worst > 2:
+            raise Wrong(f"right values, but an element of x was read {worst} times (budget "
+                        "2): compute the max and the sum in one pass.")
+
+
+def tiled_intensity(n: int, tile: int) -> float:
+    """FLOP per byte of global traffic of the tiled matmul of two n x n float32 matrices:
+    2 n^3 / (4 (2 n^2 ceil(n / tile) + n^2))."""
+    t = math.ceil(n / tile)
+    return 2 * n ** 3 / (4 * (2 * n * n * t + n * n))
+
+
+@exercise("5.4", "arithmetic intensity of the tiled matmul", reference=tiled_intensity,
+          binds="tiled_intensity")
+def _(answer):
+    for n, tile in [(1024, 16), (1024, 32), (100, 16), (7, 8), (4096, 64)]:
+        got = answer(n, tile)
+        want = tiled_intensity(n, tile)
+        if np.isclose(got, want * 4, rtol=1e-6):
+            raise Wrong(f"tiled_intensity({n}, {tile}) = {got:.4g}: count bytes, not "
+                        "elements (float32 is 4 bytes).")
+        naive = 2 * n ** 3 / (4 * (2 * n ** 3 + n * n))
+        if np.isclose(got, naive, rtol=1e-6):
+            raise Wrong(f"tiled_intensity({n}, {tile}) = {got:.4g} is the naive kernel's: "
+                        "with tiles each element of a and b is read ceil(n / tile) times.")
+        expect_close(got, want, f"tiled_intensity({n}, {tile})", rtol=1e-6,
+                     hint="FLOPs = 2 n^3; reads = 2 n^2 ceil(n / tile) elements; writes = "
+                     "n^2 elements; 4 bytes each")

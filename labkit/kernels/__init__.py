@@ -1,0 +1,14 @@
+"""GPU kernels written once as ``fn(cuda)`` and run two ways.
+
+A kernel is a function ``fn(cuda)`` that returns the kernel body (the GPU-Puzzles idea).
+labkit runs it
+
+* with its own tracing executor (:mod:`labkit.kernels.tracer`), which records every global
+  and shared-memory read and write of every thread, for traffic counts, coalescing, bank
+  conflicts, divergence and pictures; and
+* compiled by ``numba.cuda`` (:func:`run_numba`), on a real GPU or Numba's CUDA simulator.
+
+Importing this package is cheap: numba and matplotlib are imported only where used.
+"""
+from labkit.kernels.library import vector_add  # noqa: F401
+from labkit.kernels.numba_run import run_numba  # noqa: F401

@@ -1,0 +1,91 @@
+"""Run a kernel written as ``fn(cuda)`` with ``numba.cuda`` (a real GPU or the CUDA simulator).
+
+``run_numba(kernel_fn, griddim, blockdim, *args)`` compiles ``kernel_fn(numba.cuda)`` with
+``numba.cuda.jit`` (once per ``kernel_fn``), copies numpy arguments to the device, launches
+``griddim`` blocks of ``blockdim`` threads and copies every array argument back into the
+host array in place. Scalars are passed as they are.
+
+numba is imported here, lazily, so ``import labkit.kernels`` stays cheap; ``import labkit``
+first, so that the simulator is selected on a machine without a GPU.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+_COMPILED: dict[Callable, Any] = {}
+_LOCK = threading.Lock()
+
+
+def _dims(value: Any, what: str) -> tuple[int, ...]:
+    dims = (value,) if np.isscalar(value) else tuple(value)
+    if not 1 <= len(dims) <= 3 or any(int(d) != d or d < 1 for d in dims):
+        raise ValueError(f"{what} must be a positive int or a tuple of 1 to 3 positive ints, "
+                         f"got {value!r}")
+    return tuple(int(d) for d in dims)
+
+
+class _SimulatorCuda:
+    """What ``kernel_fn`` receives as ``cuda`` on the simulator.
+
+    The simulator swaps ``numba.cuda`` for its per-launch fake module only in a kernel's
+    *globals*; our kernels get ``cuda`` as a closure variable, so this proxy forwards each
+    attribute to the active fake module (threadIdx, shared, syncthreads...) and falls back
+    to ``numba.cuda`` outside a launch and for names the fake lacks (float32, int32...).
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        from numba import cuda
+        from numba.cuda.simulator import kernel as sim_kernel
+
+        context = sim_kernel._kernel_context
+        if context is not None and hasattr(context, name):
+            return getattr(context, name)
+        return getattr(cuda, name)
+
+
+def compiled(kernel_fn: Callable) -> Any:
+    """``numba.cuda.jit(kernel_fn(numba.cuda))``, compiled once per ``kernel_fn``."""
+    import labkit  # noqa: F401  (selects the simulator before numba is imported)
+    from numba import cuda
+
+    from labkit._device import on_simulator
+
+    with _LOCK:
+        if kernel_fn not in _COMPILED:
+            module = _SimulatorCuda() if on_simulator() else cuda
+            _COMPILED[kernel_fn] = cuda.jit(kernel_fn(module))
+        return _COMPILED[kernel_fn]
+
+
+def run_numba(kernel_fn: Callable, griddim: Any, blockdim: Any, *args: Any) -> None:
+    """Launch ``kernel_fn(numba.cuda)`` on ``griddim`` x ``blockdim`` threads.
+
+    Array arguments are numpy arrays; they are copied to the device and, after the kernel
+    has finished, every one of them is copied back into the same host array (in place).
+    """
+    from numba import cuda
+
+    grid, block = _dims(griddim, "griddim"), _dims(blockdim, "blockdim")
+    if int(np.prod(block)) > 1024:
+        raise ValueError(f"blockdim has {int(np.prod(block))} threads; a block holds at "
+                         "most 1024")
+    kernel = compiled(kernel_fn)
+    device_args = []
+    copies = []
+    for arg in args:
+        if isinstance(arg, np.ndarray):
+            if not arg.flags.c_contiguous:
+                raise ValueError("array arguments must be C-contiguous numpy arrays")
+            dev = cuda.to_device(arg)
+            device_args.append(dev)
+            copies.append((dev, arg))
+        else:
+            device_args.append(arg)
+    kernel[grid if len(grid) > 1 else grid[0], block if len(block) > 1 else block[0]](
+        *device_args)
+    cuda.synchronize()
+    for dev, host in copies:
+        dev.copy_to_host(host)

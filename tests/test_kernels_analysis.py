@@ -1,0 +1,176 @@
+"""Trace counts equal their closed forms; budgets fail wasteful kernels."""
+import labkit  # noqa: F401
+import numpy as np
+import pytest
+
+from labkit.kernels import library as lib
+from labkit.kernels import models, ops
+from labkit.kernels.analysis import (BudgetExceeded, element_counts, element_owner, enforce,
+                                     summarize, traffic, warp_instructions)
+from labkit.kernels.tracer import READ, SHARED, WRITE, run_traced
+
+rng = np.random.default_rng(7)
+
+
+@pytest.mark.parametrize("variant", ops.MATMULS)
+@pytest.mark.parametrize("m,k,n", [(19, 23, 13), (8, 16, 8)])
+def test_matmul_traffic_matches_closed_form(variant, m, k, n):
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    trace = ops.matmul(a, b, variant=variant, tile=8, rows=2).trace
+    t = traffic(trace)
+    want = models.matmul_traffic(m, n, k, variant, tile=8, rows=2)
+    assert t.per_array["a"]["reads"] == want.a_reads
+    assert t.per_array["b"]["reads"] == want.b_reads
+    assert t.per_array["c"]["writes"] == want.c_writes
+    assert t.shared_reads == want.shared_reads
+    assert t.shared_writes == want.shared_writes
+    assert element_counts(trace, "a").max() == want.max_reads_a
+    assert element_counts(trace, "b").max() == want.max_reads_b
+
+
+def test_tiled_reads_each_element_n_over_tile_times():
+    a = rng.standard_normal((16, 16)).astype(np.float32)
+    naive = ops.matmul(a, a, variant="naive", tile=8).trace
+    tiled = ops.matmul(a, a, variant="tiled", tile=8).trace
+    assert (element_counts(naive, "a") == 16).all()
+    assert (element_counts(tiled, "a") == 16 // 8).all()
+    enforce(tiled, max_reads_per_element={"a": 2, "b": 2})
+    with pytest.raises(BudgetExceeded, match=r"read 16 times \(budget 2\)"):
+        enforce(naive, max_reads_per_element={"a": 2, "b": 2})
+
+
+@pytest.mark.parametrize("variant", ["interleaved", "strided", "shared"])
+@pytest.mark.parametrize("n,block", [(300, 64), (33, 32)])
+def test_reduction_traffic_matches_closed_form(variant, n, block):
+    x = rng.standard_normal(n).astype(np.float32)
+    t = traffic(ops.reduce_sum(x, variant=variant, block=block).trace)
+    want = models.reduction_traffic(n, variant, block)
+    assert (t.global_reads, t.global_writes, t.shared_reads, t.shared_writes) == (
+        want.global_reads, want.global_writes, want.shared_reads, want.shared_writes)
+
+
+def test_atomic_reduction_counts():
+    t = traffic(ops.reduce_sum(np.ones(77, np.float32), variant="atomic").trace)
+    assert (t.global_reads, t.global_atomics, t.global_writes) == (77, 77, 0)
+
+
+@pytest.mark.parametrize("stride,ways", [(1, 1), (2, 2), (4, 4), (8, 8), (16, 16),
+                                         (32, 32), (33, 1)])
+def test_shared_stride_bank_conflicts(stride, ways):
+    trace = run_traced(lib.shared_stride(32, stride), 2, 32,
+                       np.arange(64, dtype=np.float32), np.zeros(64, np.float32))
+    s = summarize(trace)
+    assert s.max_conflict_ways == ways
+    assert s.conflict_replays == 2 * 2 * (ways - 1)  # 2 blocks x (write + read)
+
+
+def test_broadcast_read_is_not_a_conflict():
+    def same_word(cuda):
+        def kernel(out):
+            buf = cuda.shared.array(32, cuda.float32)
+            if cuda.threadIdx.x == 0:
+                buf[0] = 3.0
+            cuda.syncthreads()
+            out[cuda.threadIdx.x] = buf[0]
+        return kernel
+    out = np.zeros(32, np.float32)
+    s = summarize(run_traced(same_word, 1, 32, out))
+    assert s.max_conflict_ways == 1 and (out == 3).all()
+
+
+@pytest.mark.parametrize("stride,sectors", [(1, 4), (2, 8), (4, 16), (8, 32), (32, 32)])
+def test_coalescing_sectors_per_warp_read(stride, sectors):
+    a = np.arange(32 * 64, dtype=np.float32)
+    trace = run_traced(lib.strided_copy, 1, 32, a, np.zeros(32, np.float32), stride)
+    wi = warp_instructions(trace)
+    reads = wi.op == READ
+    assert wi.sectors[reads].tolist() == [sectors]
+    assert wi.ideal_sectors[reads].tolist() == [4]
+    assert wi.sectors[wi.op == WRITE].tolist() == [4]
+
+
+def test_transposed_mapping_is_uncoalesced():
+    a = rng.standard_normal((32, 32)).astype(np.float32)
+    good = summarize(ops.add_matrices(a, a, block=(32, 4)).trace)
+    bad = summarize(ops.add_matrices(a, a, transposed=True, block=(32, 4)).trace)
+    assert good.sectors_per_request == 4          # 32 lanes x 4 bytes = 4 sectors
+    assert bad.sectors_per_request == 32          # each lane in its own row
+    with pytest.raises(BudgetExceeded, match="not coalesced"):
+        enforce(ops.add_matrices(a, a, transposed=True, block=(32, 4)).trace,
+                max_sectors_per_request=4)
+
+
+def test_divergence_active_masks():
+    trace = ops.elementwise(lib.branchy, np.ones(64, np.float32)).trace
+    wi = warp_instructions(trace)
+    even = 0x55555555
+    assert set(wi.mask.tolist()) == {even, even << 1}
+    assert summarize(trace).simt_efficiency == 0.5
+    straight = summarize(ops.elementwise(lib.add_ten, np.ones(64, np.float32)).trace)
+    assert straight.simt_efficiency == 1.0
+
+
+def test_tail_warp_has_partial_mask():
+    trace = ops.elementwise(lib.add_ten, np.ones(40, np.float32), block=64).trace
+    wi = warp_instructions(trace)
+    assert sorted(wi.active.tolist()) == [8, 8, 32, 32]
+    assert set(wi.mask[wi.warp == 1].tolist()) == {0xFF}
+
+
+def test_interleaved_reduction_diverges_more_than_sequential():
+    x = np.ones(256, np.float32)
+    inter = summarize(ops.reduce_sum(x, variant="interleaved", block=128).trace)
+    seq = summarize(ops.reduce_sum(x, variant="shared", block=128).trace)
+    strided = summarize(ops.reduce_sum(x, variant="strided", block=128).trace)
+    assert inter.simt_efficiency < seq.simt_efficiency
+    assert seq.max_conflict_ways == 1 and strided.max_conflict_ways == 4
+
+
+def test_conv_shared_reads_each_element_at_most_twice():
+    a = rng.standard_normal(100).astype(np.float32)
+    w = np.ones(5, np.float32)
+    shared = ops.conv1d(a, w).trace
+    naive = ops.conv1d(a, w, shared=False).trace
+    assert element_counts(shared, "a").max() == 2
+    assert element_counts(naive, "a").max() == 5
+    assert traffic(shared).global_reads < traffic(naive).global_reads
+
+
+def test_softmax_reads_per_element():
+    x = rng.standard_normal((4, 9)).astype(np.float32)
+    assert (element_counts(ops.softmax(x, variant="naive").trace, "x") == 3).all()
+    assert (element_counts(ops.softmax(x, variant="online").trace, "x") == 2).all()
+
+
+def test_element_owner_maps_threads():
+    trace = ops.add(np.ones(70, np.float32), np.ones(70, np.float32)).trace
+    assert element_owner(trace, "out").tolist() == list(range(70))
+    assert element_owner(trace, "out", by="block").tolist() == [i // 32 for i in range(70)]
+    with pytest.raises(ValueError, match="by"):
+        element_owner(trace, "out", by="lane")
+    with pytest.raises(ValueError, match="no array"):
+        element_counts(trace, "zzz")
+    shared = ops.reduce_sum(np.ones(64, np.float32)).trace
+    assert element_counts(shared, "buf", WRITE, SHARED).sum() == 2 * 64 - 1
+
+
+def test_enforce_reports_every_broken_limit():
+    a = rng.standard_normal((8, 8)).astype(np.float32)
+    trace = ops.matmul(a, a, variant="naive").trace
+    with pytest.raises(BudgetExceeded) as err:
+        enforce(trace, max_global_reads=10, max_global_writes=10, max_shared_reads=-1)
+    assert "global reads" in str(err.value) and "global writes" in str(err.value)
+    assert enforce(trace, max_global_reads=2 * 8 ** 3).traffic.global_reads == 2 * 8 ** 3
+
+
+def test_model_kernel_cost_intensity():
+    assert models.kernel_cost("vector add", 1000).intensity == pytest.approx(1 / 12)
+    naive = models.kernel_cost("matmul naive", 1024).intensity
+    tiled = models.kernel_cost("matmul tiled 32", 1024).intensity
+    assert naive == pytest.approx(2 * 1024 ** 3 / (4 * (2 * 1024 ** 3 + 1024 ** 2)))
+    assert tiled == pytest.approx(2 * 1024 ** 3 / (4 * (2 * 1024 ** 2 * 32 + 1024 ** 2)))
+    with pytest.raises(ValueError, match="kernel"):
+        models.kernel_cost("matmul magic", 8)
+    with pytest.raises(ValueError, match="variant"):
+        models.matmul_traffic(4, 4, 4, "magic")

@@ -1,0 +1,161 @@
+"""Occupancy, roofline, tensor-core numerics, CPU counterparts and widget views."""
+import labkit  # noqa: F401
+import matplotlib
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+matplotlib.use("Agg")
+
+from labkit.kernels import cpu, roofline, tensorcore, widgets  # noqa: E402
+from labkit.kernels.occupancy import A100, H100, occupancy, occupancy_sweep  # noqa: E402
+
+
+# CUDA C++ Best Practices Guide, "Calculating Occupancy": 37 registers per thread.
+@pytest.mark.parametrize("gpu", ["A100", "H100"])
+def test_best_practices_worked_example(gpu):
+    small = occupancy(gpu, 128, 37)
+    assert small.blocks_per_sm == 12 and small.occupancy == 0.75
+    assert small.limiter == "registers"
+    big = occupancy(gpu, 320, 37)
+    assert big.blocks_per_sm == 4 and big.occupancy == pytest.approx(40 / 64)
+
+
+@pytest.mark.parametrize("gpu,threads,regs,smem,blocks,occ,limiter", [
+    ("A100", 256, 32, 0, 8, 1.0, "warps"),
+    ("A100", 256, 64, 0, 4, 0.5, "registers"),
+    ("A100", 32, 16, 0, 32, 0.5, "blocks"),
+    ("A100", 256, 32, 48 * 1024, 3, 3 * 8 / 64, "shared memory"),   # 167936 // 50176
+    ("H100", 256, 32, 48 * 1024, 4, 4 * 8 / 64, "shared memory"),   # 233472 // 50176
+    ("H100", 1024, 255, 0, 0, 0.0, "registers"),                    # 261120 regs > 65536
+    ("A100", 96, 40, 1000, 16, 48 / 64, "registers"),             # 3 warps; 48 // 3
+])
+def test_occupancy_cases(gpu, threads, regs, smem, blocks, occ, limiter):
+    o = occupancy(gpu, threads, regs, smem)
+    assert (o.blocks_per_sm, o.limiter) == (blocks, limiter)
+    assert o.occupancy == pytest.approx(occ)
+
+
+def test_occupancy_register_rounding():
+    # 33 registers round a warp up to 1280 registers, like 40: 12 warps per sub-partition.
+    assert occupancy(A100, 128, 33).blocks_per_sm == occupancy(A100, 128, 40).blocks_per_sm
+    assert occupancy(A100, 128, 33).blocks_per_sm < occupancy(A100, 128, 32).blocks_per_sm
+
+
+@settings(max_examples=40, deadline=None)
+@given(threads=st.integers(1, 1024), regs=st.integers(1, 254), smem=st.integers(0, 48 * 1024))
+def test_occupancy_never_rises_with_more_registers(threads, regs, smem):
+    a = occupancy(H100, threads, regs, smem)
+    b = occupancy(H100, threads, regs + 1, smem)
+    assert b.blocks_per_sm <= a.blocks_per_sm
+    assert 0 <= a.occupancy <= 1
+    assert a.active_warps * 32 <= H100.max_threads_per_sm
+
+
+@pytest.mark.parametrize("kwargs,param", [
+    (dict(threads_per_block=0), "threads_per_block"),
+    (dict(threads_per_block=2048), "threads_per_block"),
+    (dict(threads_per_block=128, registers_per_thread=300), "registers_per_thread"),
+    (dict(threads_per_block=128, shared_per_block=200 * 1024), "shared_per_block"),
+])
+def test_occupancy_rejects_bad_input(kwargs, param):
+    with pytest.raises(ValueError, match=param):
+        occupancy("A100", **kwargs)
+    with pytest.raises(ValueError, match="gpu"):
+        occupancy("V100", 128)
+
+
+def test_occupancy_sweep_covers_block_sizes():
+    sweep = occupancy_sweep("A100", 64)
+    assert [o.threads_per_block for o in sweep][:3] == [32, 64, 96]
+    assert max(o.occupancy for o in sweep) == 0.5
+
+
+def test_roofline_presets_and_bounds():
+    h100 = roofline.PRESETS["H100"]
+    assert h100.ridge() == pytest.approx(67e12 / 3.35e12)
+    assert roofline.PRESETS["H200"].bandwidth > h100.bandwidth
+    assert roofline.attainable(h100, 1.0) == pytest.approx(3.35e12)
+    assert roofline.attainable(h100, 1e4) == pytest.approx(67e12)
+    assert roofline.bound(h100, 0.25) == "memory-bound"
+    assert roofline.bound(h100, 100.0) == "compute-bound"
+    assert roofline.bound(h100, 100.0, "fp16 tensor core") == "memory-bound"
+    with pytest.raises(ValueError, match="intensity"):
+        roofline.attainable(h100, 0)
+    with pytest.raises(ValueError, match="hardware"):
+        roofline.hardware("TPU")
+    with pytest.raises(ValueError, match="precision"):
+        h100.peak("int8")
+
+
+def test_measure_machine_is_positive():
+    assert roofline.measure_matmul_flops(64, repeats=1) > 1e6
+    assert roofline.measure_bandwidth(1, repeats=1) > 1e6
+
+
+def test_bf16_rounding_to_nearest_even():
+    x = np.array([1.0, 1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, 1.0 + 2 ** -9, -2.5], np.float32)
+    got = tensorcore.round_to(x, "bf16")
+    # 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1.0); 1 + 3*2^-8 -> 1 + 2^-6
+    np.testing.assert_array_equal(got, [1.0, 1.0, 1.0 + 2 ** -6, 1.0, -2.5])
+    assert tensorcore.round_to(np.float32(1 + 2 ** -11), "fp16") == 1.0
+
+
+def test_emulated_matmul_exact_on_representable_inputs():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    b = np.ones((4, 2), np.float32)
+    for inputs in tensorcore.FORMATS:
+        np.testing.assert_array_equal(tensorcore.emulated_matmul(a, b, inputs), a @ b)
+
+
+def test_fp16_accumulation_error_grows_with_k_and_fp32_does_not():
+    r = tensorcore.error_vs_k((16, 256, 4096), size=8)
+    pure = r.errors["fp16 in, fp16 accumulate"]
+    tc = r.errors["fp16 in, fp32 accumulate (tensor core)"]
+    assert pure[-1] > 10 * pure[0]
+    assert tc[-1] < 1e-3 and pure[-1] > 100 * tc[-1]
+    # input rounding dominates tensor-core error: bounded by the fp16 unit roundoff
+    assert tc.max() < 4 * tensorcore.UNIT_ROUNDOFF["fp16"]
+    bf = r.errors["bf16 in, fp32 accumulate (tensor core)"]
+    assert bf.max() < 4 * tensorcore.UNIT_ROUNDOFF["bf16"] and bf.max() > tc.max()
+    with pytest.raises(ValueError, match="ks"):
+        tensorcore.error_vs_k((0,))
+    with pytest.raises(ValueError, match="fmt"):
+        tensorcore.round_to(np.ones(2), "fp8")
+
+
+def test_cpu_blocked_matmul_matches_numpy():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((67, 45)).astype(np.float32)
+    b = rng.standard_normal((45, 29)).astype(np.float32)
+    np.testing.assert_allclose(cpu.matmul_blocked(a, b, block=16), a @ b, rtol=1e-4,
+                               atol=1e-4)
+    with pytest.raises(ValueError, match="a.shape"):
+        cpu.matmul_blocked(a, a)
+
+
+def test_cpu_fused_epilogue_matches_unfused():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(1001).astype(np.float32)
+    r = rng.standard_normal(1001).astype(np.float32)
+    want = np.maximum(x * 1.5 - 0.25, 0) * 0.5 + r
+    np.testing.assert_allclose(cpu.epilogue_fused(x, r), want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(cpu.epilogue_numpy(x, r), want, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="residual"):
+        cpu.epilogue_fused(x, r[:5])
+
+
+def test_widget_views_compute_what_they_draw(capsys):
+    occ = widgets.occupancy_view(128, 37, 0, "A100")
+    assert occ.blocks_per_sm == 12
+    assert widgets.coalescing_view(8).sectors == 32 + 4
+    assert widgets.bank_conflict_view(32).max_conflict_ways == 32
+    assert widgets.roofline_view(10, "H100", "matmul naive").intensity < 0.26
+    s = widgets.reduction_view(100, "shared", 64)
+    assert s.traffic.global_reads == 100
+    r = widgets.tensorcore_view(8, "normal")
+    assert list(r.ks) == [16, 64, 256]
+    assert "occupancy 75.0%" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="log2_n"):
+        widgets.roofline_view(40)

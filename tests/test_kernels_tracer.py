@@ -1,0 +1,186 @@
+"""Every library kernel matches numpy under labkit's tracer and under numba.cuda."""
+import labkit  # noqa: F401  (selects the CUDA simulator before numba is imported)
+import numpy as np
+import pytest
+
+from labkit.kernels import library as lib
+from labkit.kernels import ops, run_numba, vector_add
+from labkit.kernels.tracer import OutOfBounds, run_traced
+
+RUNNERS = ["trace", "numba"]
+rng = np.random.default_rng(1234)
+A1 = rng.standard_normal(100).astype(np.float32) * 3 + 1      # 100: not a multiple of 32
+B1 = rng.random(100).astype(np.float32)
+M2 = rng.standard_normal((19, 37)).astype(np.float32)
+N2 = rng.random((19, 37)).astype(np.float32)
+X300 = (rng.standard_normal(300) + 0.25).astype(np.float32)
+MA = rng.standard_normal((19, 23)).astype(np.float32)
+MB = rng.standard_normal((23, 13)).astype(np.float32)
+SX = (rng.standard_normal((11, 37)) * 3).astype(np.float32)
+
+
+def softmax_np(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+CASES = {
+    "add": (lambda r: ops.add(A1, B1, runner=r), A1 + B1),
+    "add_ten": (lambda r: ops.elementwise(lib.add_ten, A1, runner=r), A1 + 10),
+    "branchy": (lambda r: ops.elementwise(lib.branchy, A1, runner=r),
+                np.where(np.arange(100) % 2 == 0, A1 * 2, A1 + 1)),
+    "add_2d": (lambda r: ops.add_matrices(M2, N2, runner=r), M2 + N2),
+    "add_2d_T": (lambda r: ops.add_matrices(M2, N2, transposed=True, runner=r), M2 + N2),
+    "broadcast": (lambda r: ops.broadcast(A1[:13], B1[:21], runner=r),
+                  A1[:13, None] + B1[None, :21]),
+    "conv_shared": (lambda r: ops.conv1d(A1, B1[:5], runner=r),
+                    np.convolve(A1, B1[:5][::-1], "same")),
+    "conv_naive": (lambda r: ops.conv1d(A1, B1[:5], shared=False, runner=r),
+                   np.convolve(A1, B1[:5][::-1], "same")),
+    "scan": (lambda r: ops.prefix_sum(X300, runner=r), np.cumsum(X300)),
+    "softmax_block": (lambda r: ops.softmax(SX, variant="block", runner=r), softmax_np(SX)),
+}
+for _v in ("atomic", "interleaved", "strided", "shared"):
+    CASES[f"reduce_{_v}"] = (lambda r, v=_v: ops.reduce_sum(X300, variant=v, runner=r),
+                             np.array([X300.sum()]))
+for _v in ops.MATMULS:
+    CASES[f"matmul_{_v}"] = (lambda r, v=_v: ops.matmul(MA, MB, variant=v, runner=r), MA @ MB)
+for _v in ("naive", "online"):
+    CASES[f"softmax_{_v}"] = (lambda r, v=_v: ops.softmax(SX, variant=v, runner=r),
+                              softmax_np(SX))
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_kernel_matches_numpy(name, runner):
+    run, want = CASES[name]
+    got = run(runner)
+    np.testing.assert_allclose(got.value, want, rtol=1e-4, atol=1e-4)
+    assert bool(got.traces) == (runner == "trace")
+
+
+def test_warp_reduction_under_tracer():
+    got = ops.reduce_sum(X300, variant="warp", runner="trace")
+    np.testing.assert_allclose(got.value, [X300.sum()], rtol=1e-5)
+    assert got.trace.shuffles == 5 * 64 * 5  # 5 blocks x 64 threads x log2(32) steps
+
+
+def test_warp_reduction_refused_on_simulator():
+    if labkit.CUDA_BACKEND == "gpu":
+        pytest.skip("a real GPU has shuffles")
+    with pytest.raises(ValueError, match="simulator"):
+        ops.reduce_sum(X300, variant="warp", runner="numba")
+
+
+def test_register_blocked_large_tile_and_rows():
+    got = ops.matmul(MA, MB, variant="register", tile=16, rows=4)
+    np.testing.assert_allclose(got.value, MA @ MB, rtol=1e-4, atol=1e-4)
+
+
+def test_run_numba_copies_back_in_place():
+    a, b = A1.copy(), B1.copy()
+    out = np.zeros_like(a)
+    run_numba(vector_add, 4, 32, a, b, out)
+    np.testing.assert_allclose(out, a + b)
+    np.testing.assert_array_equal(a, A1)
+
+
+def test_out_of_bounds_is_reported_with_the_thread():
+    def unguarded(cuda):
+        def kernel(a, out):
+            i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+            out[i] = a[i]
+        return kernel
+    with pytest.raises(OutOfBounds, match=r"thread \(4, 0, 0\) of block \(3, 0, 0\)"):
+        run_traced(unguarded, 4, 32, A1.copy(), np.zeros(100, np.float32))
+
+
+def test_negative_index_is_out_of_bounds():
+    def neg(cuda):
+        def kernel(a, out):
+            out[0] = a[-1]
+        return kernel
+    with pytest.raises(OutOfBounds):
+        run_traced(neg, 1, 1, A1.copy(), np.zeros(1, np.float32))
+
+
+def test_syncthreads_orders_shared_writes_before_reads():
+    """Thread t reads what thread t+1 wrote: wrong without a working barrier."""
+    def shift(cuda):
+        def kernel(a, out):
+            buf = cuda.shared.array(64, cuda.float32)
+            t = cuda.threadIdx.x
+            buf[t] = a[t]
+            cuda.syncthreads()
+            out[t] = buf[(t + 1) % 64]
+        return kernel
+    a = np.arange(64, dtype=np.float32)[::-1].copy()
+    out = np.zeros(64, np.float32)
+    trace = run_traced(shift, 1, 64, a, out)
+    np.testing.assert_array_equal(out, np.roll(a, -1))
+    assert trace.syncs == 64
+    assert [x.name for x in trace.arrays] == ["a", "out", "buf"]
+
+
+def test_exited_threads_do_not_block_the_barrier():
+    def early_exit(cuda):
+        def kernel(out):
+            t = cuda.threadIdx.x
+            if t >= 40:
+                return
+            cuda.syncthreads()
+            out[t] = 1.0
+        return kernel
+    out = np.zeros(64, np.float32)
+    run_traced(early_exit, 1, 64, out)
+    assert out.sum() == 40
+
+
+def test_exceptions_in_lockstep_threads_propagate():
+    def boom(cuda):
+        def kernel(out):
+            cuda.syncthreads()
+            if cuda.threadIdx.x == 7:
+                raise ZeroDivisionError("lane 7")
+            cuda.syncthreads()
+        return kernel
+    with pytest.raises(ZeroDivisionError, match="lane 7"):
+        run_traced(boom, 1, 32, np.zeros(1, np.float32))
+
+
+@pytest.mark.parametrize("bad", [0, (1, 0), (2, 2, 2, 2), 1.5])
+def test_bad_launch_dimensions(bad):
+    with pytest.raises(ValueError, match="griddim"):
+        run_traced(vector_add, bad, 32, A1, B1, np.zeros_like(A1))
+
+
+def test_bad_inputs_name_the_parameter():
+    with pytest.raises(ValueError, match="blockdim"):
+        run_traced(vector_add, 1, 2048, A1, B1, np.zeros_like(A1))
+    with pytest.raises(ValueError, match="runner"):
+        ops.add(A1, B1, runner="cpu")
+    with pytest.raises(ValueError, match="variant"):
+        ops.matmul(MA, MB, variant="fast")
+    with pytest.raises(ValueError, match="inner sizes"):
+        ops.matmul(MA, MA)
+    with pytest.raises(ValueError, match="tile"):
+        lib.matmul_tiled(12)
+    with pytest.raises(ValueError, match="arguments"):
+        run_traced(vector_add, 1, 32, A1, B1)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(labkit.CUDA_BACKEND != "gpu", reason="needs a real CUDA GPU")
+def test_warp_reduction_on_gpu():
+    got = ops.reduce_sum(X300, variant="warp", runner="numba")
+    np.testing.assert_allclose(got.value, [X300.sum()], rtol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(labkit.CUDA_BACKEND != "gpu", reason="needs a real CUDA GPU")
+def test_large_tiled_matmul_on_gpu():
+    a = rng.standard_normal((513, 257)).astype(np.float32)
+    b = rng.standard_normal((257, 129)).astype(np.float32)
+    for variant, tile in [("tiled", 16), ("tiled", 32), ("register", 64)]:
+        got = ops.matmul(a, b, variant=variant, runner="numba", tile=tile, rows=4)
+        np.testing.assert_allclose(got.value, a @ b, rtol=1e-3, atol=1e-3)
