@@ -34,7 +34,7 @@ lab: $(STAMP)
 
 test: $(STAMP) browser-deps
 	$(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-current-env \
-	  --nbval-cell-timeout=300 -W ignore::DeprecationWarning tests notebooks solutions
+	  --nbval-cell-timeout=300 --durations=10 -W ignore::DeprecationWarning tests notebooks solutions
 
 notebooks: $(STAMP)
 	$(PY) -m labkit.grade.generate

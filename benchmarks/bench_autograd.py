@@ -36,13 +36,9 @@ def labkit_step():
 def torch_step():
     import torch
 
-    torch.manual_seed(0)
-    layers = []
-    for i, (a, b) in enumerate(zip(SIZES[:-1], SIZES[1:])):
-        layers.append(torch.nn.Linear(a, b))
-        if i < len(SIZES) - 2:
-            layers.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*layers)
+    from labkit.torch_models import torch_mlp
+
+    model = torch_mlp(SIZES, seed=0)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x = torch.randn(BATCH, SIZES[0])
     y = torch.randint(0, SIZES[-1], (BATCH,))

@@ -27,7 +27,7 @@ def batch_sweep(batches=(1, 4, 16, 64, 256), width: int = 256, depth: int = 3,
     """Median latency of a no_grad forward of a depth x width MLP at each batch size."""
     import torch
 
-    from labkit.autograd.phases import torch_mlp
+    from labkit.torch_models import torch_mlp
     from labkit.perf import time_call
 
     batches = tuple(int(b) for b in batches)
@@ -64,7 +64,7 @@ def precision_effect(width: int = 128, depth: int = 4, scale: float = 1.0, batch
     """
     import torch
 
-    from labkit.autograd.phases import torch_mlp
+    from labkit.torch_models import torch_mlp
 
     if not 1 <= width <= 1024 or not 1 <= depth <= 16 or not 1 <= batch <= 4096:
         raise ValueError(f"width in [1, 1024], depth in [1, 16], batch in [1, 4096]; got "

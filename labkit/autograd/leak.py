@@ -82,13 +82,9 @@ def torch_leak(steps: int = 10, strategy: str = "tensor", *, backward: bool = Tr
 
     import torch
 
-    torch.manual_seed(seed)
-    layers = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
-        layers.append(torch.nn.Linear(a, b))
-        if i < len(sizes) - 2:
-            layers.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*layers)
+    from labkit.torch_models import torch_mlp
+
+    model = torch_mlp(sizes, seed)
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     refs: list = []
 

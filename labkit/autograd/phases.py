@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from labkit.torch_models import torch_mlp
+
 
 @dataclass(frozen=True)
 class PhaseCosts:
@@ -58,19 +60,6 @@ def labkit_phase_costs(sizes=(64, 256, 256, 10), batch: int = 64, seed: int = 0)
     return PhaseCosts("labkit", batch, sizes, train.forward_flops, train.backward_flops,
                       train.forward.get("matmul", 0), train.backward.get("matmul", 0),
                       train.saved_bytes, infer.saved_bytes)
-
-
-def torch_mlp(sizes, seed: int = 0, dtype=None):
-    import torch
-
-    torch.manual_seed(seed)
-    layers = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
-        layers.append(torch.nn.Linear(a, b))
-        if i < len(sizes) - 2:
-            layers.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*layers)
-    return model.to(dtype) if dtype is not None else model
 
 
 def torch_saved_bytes(fn, params=()) -> int:

@@ -18,6 +18,8 @@ from typing import Callable
 
 import numpy as np
 
+from labkit.torch_models import torch_mlp
+
 
 @dataclass(frozen=True)
 class SavedTensors:
@@ -65,23 +67,11 @@ def transformer_block_params(hidden: int, ffn_mult: int = 4) -> int:
     return (4 + 2 * m) * h * h + (9 + m) * h
 
 
-def make_mlp(widths, seed: int = 0):
-    import torch
-
-    torch.manual_seed(seed)
-    layers = []
-    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
-        layers.append(torch.nn.Linear(a, b))
-        if i < len(widths) - 2:
-            layers.append(torch.nn.ReLU())
-    return torch.nn.Sequential(*layers)
-
-
 def mlp_saved(batch: int, widths, seed: int = 0) -> SavedTensors:
     """Saved bytes of an fp32 MLP forward (Linear/ReLU stack, output summed)."""
     import torch
 
-    model = make_mlp(widths, seed)
+    model = torch_mlp(widths, seed)
     x = torch.randn(batch, widths[0], generator=torch.Generator().manual_seed(seed))
     return saved_tensor_bytes(lambda: model(x).sum(), exclude=list(model.parameters()))
 
@@ -244,7 +234,7 @@ def measure_accumulation(batch: int = 256, widths=(128, 512, 512, 10),
     full-batch gradient with smaller activation peaks."""
     import torch
 
-    model = make_mlp(widths, seed)
+    model = torch_mlp(widths, seed)
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, widths[0], generator=g)
     y = torch.randint(0, widths[-1], (batch,), generator=g)
