@@ -8,8 +8,10 @@ and labels each allocation with the innermost operator that made it and the phas
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 from typing import Callable
@@ -21,12 +23,29 @@ from labkit.memory.trace import Trace
 PHASES = ("setup", "forward", "backward", "optimizer", "zero_grad")
 
 
+@contextlib.contextmanager
+def _c_stderr_silenced():
+    """Send file descriptor 2 to /dev/null: the profiler's C++ side logs
+    ``USDT: profiler_start/stop`` there, below Python's ``sys.stderr``."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def record_torch_trace(fn: Callable[[], object]) -> Trace:
     """Run ``fn()`` under the profiler and return its CPU allocation trace."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _c_stderr_silenced(), profile(activities=[ProfilerActivity.CPU],
+                                        profile_memory=True) as prof:
         fn()
     fd, path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
