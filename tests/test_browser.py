@@ -59,6 +59,9 @@ def lab(tmp_path_factory):
         (root / var).mkdir()
         env[var] = str(root / var)
     env.pop("LABKIT_GRADE", None)
+    news = root / "JUPYTERLAB_SETTINGS_DIR" / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True)                      # no "get notified about news?" toast
+    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     port, token = free_port(), secrets.token_hex(16)
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}",
@@ -125,7 +128,7 @@ def snapshot(cell) -> str:
 
 
 @pytest.mark.parametrize("name", browser_notebooks())
-def test_slider_changes_the_result(lab, name):
+def test_slider_changes_the_result(lab, name, record_property):
     from playwright.sync_api import sync_playwright
 
     base, token = lab
@@ -165,8 +168,11 @@ def test_slider_changes_the_result(lab, name):
                 if snapshot(cell) == after:
                     break
                 after = snapshot(cell)
+            cell.locator(".widget-output").last.evaluate(
+                "el => Promise.all([...el.querySelectorAll('img')].map(i => i.decode()))")
             shot = SHOTS / f"{Path(name).stem}.png"
             cell.screenshot(path=str(shot))
+            record_property("screenshot", str(shot))
             print(f"\nscreenshot: {shot}")
             assert cell.locator(".widget-readout").first.inner_text() != readout, \
                 "the slider did not move"
