@@ -126,6 +126,7 @@ def time_matmuls(rng: np.random.Generator, size: int, repeats: int) -> None:
     da, db = cuda.to_device(a), cuda.to_device(b)
     dc = cuda.device_array((size, size), dtype=np.float32)
     flops = 2.0 * size ** 3
+    want = a @ b
     results = {}
     for label, fn, block, tile in (
             ("tiled 16", lib.matmul_tiled(16), (16, 16), 16),
@@ -134,7 +135,7 @@ def time_matmuls(rng: np.random.Generator, size: int, repeats: int) -> None:
              (64, 16), 64)):
         grid = (cdiv(size, tile), cdiv(size, tile))
         secs = _time_launch(compiled(fn), grid, block, (da, db, dc), repeats)
-        ok = np.allclose(dc.copy_to_host(), a @ b, rtol=1e-3, atol=1e-2)
+        ok = np.allclose(dc.copy_to_host(), want, rtol=1e-3, atol=1e-2)
         results[label] = secs
         print(f"  labkit {label:32s} {secs * 1e3:8.3f} ms  {flops / secs / 1e12:7.2f} TFLOP/s"
               f"  {'ok' if ok else 'WRONG RESULT'}")
@@ -142,7 +143,10 @@ def time_matmuls(rng: np.random.Generator, size: int, repeats: int) -> None:
         import torch
         if not torch.cuda.is_available():
             raise RuntimeError("this torch build has no CUDA")
-        torch.backends.cuda.matmul.allow_tf32 = False
+        if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # torch >= 2.9
+            torch.backends.cuda.matmul.fp32_precision = "ieee"
+        else:
+            torch.backends.cuda.matmul.allow_tf32 = False
         ta = torch.from_numpy(a).cuda()
         tb = torch.from_numpy(b).cuda()
         torch.matmul(ta, tb)

@@ -61,6 +61,8 @@ def test_shared_stride_bank_conflicts(stride, ways):
     trace = run_traced(lib.shared_stride(32, stride), 2, 32,
                        np.arange(64, dtype=np.float32), np.zeros(64, np.float32))
     s = summarize(trace)
+    # one write and one read instruction per block: lockstep threads must share site ids
+    assert s.shared_requests == 4 and len(set(trace.sites)) == len(trace.sites)
     assert s.max_conflict_ways == ways
     assert s.conflict_replays == 2 * 2 * (ways - 1)  # 2 blocks x (write + read)
 

@@ -383,6 +383,7 @@ class _Executor:
         self.block_linear = 0
         self.local = threading.local()
         self.atomic_lock = threading.Lock()
+        self.count_lock = threading.Lock()  # site ids and counters shared by threads
         self.arrays: list[ArrayInfo] = []
         self.site_ids: dict[tuple[Any, int], int] = {}
         self.site_lines: list[int] = []
@@ -421,8 +422,13 @@ class _Executor:
         key = (frame.f_code, frame.f_lineno)
         site = self.site_ids.get(key)
         if site is None:
-            site = self.site_ids[key] = len(self.site_lines)
-            self.site_lines.append(frame.f_lineno)
+            # lockstep threads reach a new line together: one id per line, not per thread
+            with self.count_lock:
+                site = self.site_ids.get(key)
+                if site is None:
+                    site = len(self.site_lines)
+                    self.site_lines.append(frame.f_lineno)
+                    self.site_ids[key] = site
         state = self.local.state
         ckey = (site, array_id, op)
         occ = state.counts.get(ckey, 0)
@@ -446,7 +452,8 @@ class _Executor:
 
     # -- synchronization -------------------------------------------------------------
     def syncthreads(self) -> None:
-        self.syncs += 1
+        with self.count_lock:
+            self.syncs += 1
         if self.lockstep:
             self.barrier.wait()
 
@@ -461,7 +468,8 @@ class _Executor:
         return snapshot
 
     def shuffle(self, value: Any, source: Callable[[int], int]) -> Any:
-        self.shuffles += 1
+        with self.count_lock:
+            self.shuffles += 1
         lane = self.state().linear % WARP_SIZE
         values = self.warp_exchange(value)
         src = source(lane)

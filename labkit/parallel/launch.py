@@ -168,7 +168,9 @@ def allreduce_worker(rank: int, world: int, sizes: Sequence[int], repeats: int,
             dist.all_reduce(x)
             if device == "cuda":
                 torch.cuda.synchronize()
-            dt = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+            # on the rank's device: NCCL reduces only CUDA tensors
+            dt = torch.tensor([time.perf_counter() - start], dtype=torch.float64,
+                              device=device)
             dist.all_reduce(dt, op=dist.ReduceOp.MAX)
             samples[i].append(float(dt))
     medians = [float(np.median(s)) for s in samples]
