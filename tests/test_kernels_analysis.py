@@ -176,3 +176,22 @@ def test_model_kernel_cost_intensity():
         models.kernel_cost("matmul magic", 8)
     with pytest.raises(ValueError, match="variant"):
         models.matmul_traffic(4, 4, 4, "magic")
+
+
+def test_element_read_maps_share_one_colour_scale():
+    import matplotlib
+    matplotlib.use("Agg")
+    from labkit.kernels import plots
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((9, 7)).astype(np.float32)
+    b = rng.standard_normal((7, 5)).astype(np.float32)
+    traces = {v: ops.matmul(a, b, variant=v, tile=4).trace for v in ("coalesced", "tiled")}
+    fig = plots.plot_element_reads(traces, "a")
+    images = [ax.images[0] for ax in fig.axes if ax.images]
+    assert [im.get_array().shape for im in images] == [(9, 7), (9, 7)]
+    assert images[0].get_clim() == images[1].get_clim()
+    # the coalesced kernel reads each a[i, k] once per output column; tiling cuts that
+    assert images[0].get_array().max() == 5 and images[1].get_array().max() < 5
+    with pytest.raises(ValueError, match="at least one kernel"):
+        plots.plot_element_reads({}, "a")

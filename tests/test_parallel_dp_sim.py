@@ -83,3 +83,34 @@ def test_scaling_efficiency_formula_and_errors():
 def test_model_totals():
     assert M.params == pytest.approx(25.6e6)
     assert dp_sim.MODELS["BERT-base (seq 128)"].params == pytest.approx(110e6)
+
+
+def test_bucket_sweep_trades_message_count_against_overlap():
+    import matplotlib
+    matplotlib.use("Agg")
+    from labkit.parallel import draw
+
+    model, hw = dp_sim.MODELS["ResNet-50"], dp_sim.HARDWARE["8× V100 PCIe 3.0"]
+    sweep = dp_sim.bucket_sweep(model, hw, 8, caps_mb=(0.5, 25, 1000))
+    assert sweep.buckets[0] > sweep.buckets[1] > sweep.buckets[2] == 1
+    for cap, t in zip(sweep.caps_mb, sweep.step_time):
+        assert t == dp_sim.simulate_step(model, hw, 8, "ddp", bucket_mb=cap).step_time
+    # one bucket for everything cannot overlap with backward: the worst exposed communication
+    assert sweep.exposed_comm[2] == max(sweep.exposed_comm)
+    assert len(draw.plot_bucket_sweep(sweep).axes[0].lines) == 2
+    with pytest.raises(ValueError, match="caps_mb must be positive"):
+        dp_sim.bucket_sweep(model, hw, 8, caps_mb=(0, 1))
+
+
+def test_link_byte_maps_side_by_side():
+    import matplotlib
+    matplotlib.use("Agg")
+    from labkit.parallel import draw
+    from labkit.parallel.collectives import all_reduce
+
+    runs = [all_reduce(draw.demo_data(4), alg) for alg in ("naive", "ring")]
+    fig = draw.plot_link_bytes(*runs)
+    images = [ax.images[0].get_array() for ax in fig.axes if ax.images]
+    assert [np.asarray(im).sum() for im in images] == [r.link_bytes().sum() for r in runs]
+    with pytest.raises(ValueError, match="at least one"):
+        draw.plot_link_bytes()

@@ -226,3 +226,20 @@ def plot_traffic(summaries: dict):
             ax.text(x, v, str(v), ha="center", va="bottom", fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def plot_element_reads(traces: dict, name: str):
+    """One heat map per kernel: how many times each element of array ``name`` was read
+    from global memory (``element_counts``), on a shared colour scale."""
+    if not traces:
+        raise ValueError("traces must map at least one kernel name to its Trace")
+    plt = _plt()
+    counts = {k: element_counts(t, name) for k, t in traces.items()}
+    top = max(int(c.max()) for c in counts.values())
+    fig, axes = plt.subplots(1, len(counts), figsize=(4.5 * len(counts), 3.2), squeeze=False)
+    for ax, (kernel, c) in zip(axes[0], counts.items()):
+        im = ax.imshow(c, cmap="viridis", vmin=0, vmax=top)
+        ax.set_title(f"{kernel}: global reads of each {name}[i, k]", fontsize=10)
+        fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    return fig

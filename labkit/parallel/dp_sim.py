@@ -280,6 +280,28 @@ class Scaling:
     speedup: tuple[float, ...]
 
 
+@dataclass(frozen=True)
+class BucketSweep:
+    title: str
+    caps_mb: tuple[float, ...]
+    buckets: tuple[int, ...]          # number of buckets at each cap
+    step_time: tuple[float, ...]
+    exposed_comm: tuple[float, ...]
+
+
+def bucket_sweep(model: ModelProfile, hw: Hardware, world: int,
+                 caps_mb=(0.5, 1, 5, 25, 100, 1000)) -> BucketSweep:
+    """DDP step time as the bucket cap grows: small buckets pay α per message, huge ones
+    start communicating only when backward is nearly over (PyTorch's default cap: 25 MB)."""
+    caps = tuple(float(c) for c in caps_mb)
+    if not caps or min(caps) <= 0:
+        raise ValueError(f"caps_mb must be positive sizes in MB, got {caps_mb!r}")
+    steps = [simulate_step(model, hw, world, "ddp", bucket_mb=c) for c in caps]
+    return BucketSweep(f"{model.name}, {hw.name}, DDP on {world} GPUs", caps,
+                       tuple(len(s.buckets) for s in steps),
+                       tuple(s.step_time for s in steps), tuple(s.exposed_comm for s in steps))
+
+
 def scaling_efficiency(throughputs, worlds) -> np.ndarray:
     """Linear-scaling efficiency: (throughput(n) / throughput(1)) / n; worlds[0] must be 1."""
     thr = np.asarray(throughputs, dtype=float)

@@ -92,16 +92,34 @@ def plot_collective_step(run: CollectiveRun, step: int):
     return fig
 
 
-def plot_link_bytes(run: CollectiveRun):
-    """Heat map of bytes sent on each (sender, receiver) link over the whole collective."""
+def plot_link_bytes(*runs: CollectiveRun):
+    """Heat maps, side by side, of the bytes each (sender, receiver) link carries over a
+    whole collective, one panel per run."""
+    if not runs:
+        raise ValueError("plot_link_bytes needs at least one CollectiveRun")
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(4.2, 3.6))
-    m = run.link_bytes()
-    im = ax.imshow(m, cmap="Blues")
-    ax.set_xlabel("receiver")
-    ax.set_ylabel("sender")
-    ax.set_title(f"{run.algorithm}: bytes per link", fontsize=10)
-    fig.colorbar(im, ax=ax, fraction=0.046)
+    fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 3.6), squeeze=False)
+    for ax, run in zip(axes[0], runs):
+        im = ax.imshow(run.link_bytes(), cmap="Blues")
+        ax.set_xlabel("receiver")
+        ax.set_ylabel("sender")
+        ax.set_title(f"{run.algorithm}: bytes per link", fontsize=10)
+        fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    return fig
+
+
+def plot_bucket_sweep(sweep):
+    """Step time and exposed communication against the DDP bucket cap (a ``BucketSweep``)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.2, 3.2))
+    ax.semilogx(sweep.caps_mb, np.asarray(sweep.step_time) * 1e3, "o-", label="step time")
+    ax.semilogx(sweep.caps_mb, np.asarray(sweep.exposed_comm) * 1e3, "s--",
+                label="exposed communication")
+    ax.set_xlabel("bucket cap (MB)")
+    ax.set_ylabel("ms")
+    ax.set_title(sweep.title, fontsize=9)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
