@@ -126,3 +126,19 @@ def test_gradcheck_passes_right_and_catches_wrong_rule():
     with pytest.raises(AssertionError):
         gradcheck(lambda a: apply(bad, a), np.ones(2), raise_on_failure=True)
     assert "bad_square" not in OPS and register is not None
+
+
+def test_bad_shapes_name_the_op_and_the_shapes():
+    from labkit.autograd.forward import Dual
+
+    a = Tensor(np.ones((2, 3)), requires_grad=True)
+    with pytest.raises(ValueError, match=r"matmul .* shapes \(2, 3\) and \(4, 5\)"):
+        a @ Tensor(np.ones((4, 5)))
+    with pytest.raises(ValueError, match=r"add .* shapes \(2, 3\) and \(4,\)"):
+        a + Tensor(np.ones(4))
+    with pytest.raises(ValueError, match=r"reshape .* \(2, 3\), shape=\(4,\)"):
+        a.reshape(4)
+    with pytest.raises(ValueError, match=r"sum .* axis=5"):
+        a.sum(axis=5)
+    with pytest.raises(ValueError, match=r"mul .* shapes \(3,\) and \(2,\)"):
+        Dual(np.ones(3), np.ones(3)) * Dual(np.ones(2))

@@ -88,3 +88,22 @@ def test_draw_graph_returns_a_figure_with_layered_layout():
     with pytest.raises(ValueError, match="Graph or a Tensor"):
         draw_graph(42)
     matplotlib.pyplot.close("all")
+
+
+def test_torch_fx_swap_pass_rewrites_the_graph():
+    import torch
+
+    from labkit.autograd.fx_passes import swap_modules
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(6, 9), torch.nn.ReLU(), torch.nn.Linear(9, 4),
+                              torch.nn.ReLU())
+    gm, n = swap_modules(net, torch.nn.ReLU, torch.nn.functional.gelu)
+    assert n == 2 and "gelu" in gm.code and "relu" not in gm.code.lower()
+    x = torch.randn(5, 6)
+    want = torch.nn.functional.gelu(net[2](torch.nn.functional.gelu(net[0](x))))
+    torch.testing.assert_close(gm(x), want)
+    torch.testing.assert_close(net(x), torch.relu(net[2](torch.relu(net[0](x)))))  # unchanged
+    assert swap_modules(net, torch.nn.Tanh, torch.tanh)[1] == 0
+    with pytest.raises(ValueError, match="module_type"):
+        swap_modules(net, "ReLU", torch.tanh)

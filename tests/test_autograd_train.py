@@ -54,6 +54,12 @@ def test_optimizer_argument_errors():
         SGD(p, momentum=1.0)
     with pytest.raises(ValueError, match="params"):
         Adam([])
+    with pytest.raises(ValueError, match="weight_decay"):
+        SGD(p, weight_decay=-0.1)
+    with pytest.raises(ValueError, match="betas"):
+        Adam(p, betas=(0.9, 1.0))
+    with pytest.raises(ValueError, match="eps"):
+        Adam(p, eps=-1e-8)
     with pytest.raises(ValueError, match="sizes"):
         mlp((3,))
 

@@ -88,3 +88,14 @@ def test_checkpointing_and_accumulation_measured():
     assert res[1].peak_bytes < 0.8 * res[0].peak_bytes
     acc = measure.measure_accumulation(batch=64, widths=(32, 128, 10), micro_batches=(1, 4))
     assert acc[1].peak_bytes < acc[0].peak_bytes and acc[1].max_grad_diff < 1e-6
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: measure.measure_checkpointing(num_layers=0), "num_layers"),
+    (lambda: measure.measure_checkpointing(width=-4), "width"),
+    (lambda: measure.measure_checkpointing(segments=(0, 99)), "segments"),
+    (lambda: measure.measure_accumulation(batch=0), "batch"),
+    (lambda: measure.measure_accumulation(batch=64, micro_batches=(3,)), "micro_batches")])
+def test_measurements_reject_bad_input(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()

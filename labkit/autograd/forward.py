@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.autograd.ops import OPS
-from labkit.autograd.tensor import OpsMixin, Tensor, _freeze  # noqa: F401
+from labkit.autograd.tensor import OpsMixin, Tensor, _freeze, run_forward  # noqa: F401
 
 
 class Dual(OpsMixin):
@@ -62,7 +62,7 @@ def dual_apply(name: str, *operands, **attrs) -> Dual:
             duals.append(Dual(getattr(o, "data", o)))
     xs = tuple(d.primal for d in duals)
     ts = tuple(d.tangent for d in duals)
-    out = op.forward(*xs, **attrs)
+    out = run_forward(op, xs, attrs)
     if all(t is None for t in ts):
         return Dual(out)
     t = op.jvp(ts, out, xs, **attrs)

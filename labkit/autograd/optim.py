@@ -29,6 +29,8 @@ class SGD(Optimizer):
         super().__init__(params, lr)
         if not 0 <= momentum < 1:
             raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+        if not weight_decay >= 0:
+            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
         self.momentum, self.weight_decay = float(momentum), float(weight_decay)
         self.velocity = [None] * len(self.params)
 
@@ -56,6 +58,8 @@ class Adam(Optimizer):
         b1, b2 = betas
         if not (0 <= b1 < 1 and 0 <= b2 < 1):
             raise ValueError(f"betas must be in [0, 1), got {betas}")
+        if not eps >= 0:
+            raise ValueError(f"eps must be >= 0, got {eps}")
         self.b1, self.b2, self.eps = float(b1), float(b2), float(eps)
         self.m = [np.zeros_like(p.data) for p in self.params]
         self.v = [np.zeros_like(p.data) for p in self.params]

@@ -326,12 +326,23 @@ def _wrap(arr: np.ndarray) -> Tensor:
     return t
 
 
+def run_forward(op: Op, xs: tuple, attrs: dict):
+    """``op.forward(*xs, **attrs)``; a shape error names the op and the operand shapes."""
+    try:
+        return op.forward(*xs, **attrs)
+    except ValueError as exc:
+        shapes = " and ".join(str(tuple(np.shape(x))) for x in xs)
+        extra = "".join(f", {k}={v!r}" for k, v in attrs.items() if k != "index")
+        raise ValueError(f"{op.name} cannot take operands of shapes {shapes}{extra}: "
+                         f"{exc}") from exc
+
+
 def apply(op: Op, *operands, **attrs) -> Tensor:
     """Run ``op`` forward on tensors and, when any input requires grad, record the node."""
     like = next((o.data for o in operands if isinstance(o, Tensor)), None)
     parents = tuple(_lift(o, like) for o in operands)
     xs = tuple(p.data for p in parents)
-    out = _wrap(np.asarray(op.forward(*xs, **attrs)))
+    out = _wrap(np.asarray(run_forward(op, xs, attrs)))
     record = is_grad_enabled() and any(p.requires_grad for p in parents)
     if record:
         out.requires_grad = True

@@ -194,6 +194,10 @@ def measure_checkpointing(num_layers: int = 16, width: int = 128, batch: int = 1
 
     from labkit.perf import time_call
 
+    for name, v in (("num_layers", num_layers), ("width", width), ("batch", batch),
+                    ("repeats", repeats)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
     for k in segments:
         if not isinstance(k, int) or k < 0 or k > 2 * num_layers:
             raise ValueError(f"segments must be ints in [0, {2 * num_layers}], got {k!r}")
@@ -234,6 +238,8 @@ def measure_accumulation(batch: int = 256, widths=(128, 512, 512, 10),
     full-batch gradient with smaller activation peaks."""
     import torch
 
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be an int >= 1, got {batch!r}")
     model = torch_mlp(widths, seed)
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, widths[0], generator=g)

@@ -107,3 +107,16 @@ def plot_checkpointing(results, title: str = "Activation checkpointing, measured
     ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+def plot_recompute_activations(values: dict, title: str = "Activations per layer"):
+    """Bars of activation bytes per layer, one per recompute strategy ({name: bytes})."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3))
+    colors = ["#d62728", "#ff7f0e", "#2ca02c", "#1f77b4"]
+    ax.bar(list(values), [v / MiB for v in values.values()], color=colors[:len(values)])
+    ax.set_ylabel("MiB per layer")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig

@@ -1,7 +1,7 @@
 """Widgets of chapter 06: each wires controls to a labkit function and a labkit plot."""
 from __future__ import annotations
 
-from labkit.memory.constants import MiB, format_size
+from labkit.memory.constants import format_size
 
 
 def show_walkthrough(first_mb: float, second_mb: float, then_mb: float,
@@ -75,24 +75,20 @@ def show_activations(seq: int, hidden: int, heads: int, batch: int, tp: int,
                      sequence_parallel: bool):
     import matplotlib.pyplot as plt
 
-    from labkit.memory.estimator import activation_bytes_per_layer
-    from labkit.memory.plots import plot_model_state
+    from labkit.memory.estimator import RECOMPUTE, activation_bytes_per_layer
+    from labkit.memory.plots import plot_recompute_activations
 
     if hidden % heads:
         print(f"hidden ({hidden}) must be a multiple of heads ({heads})")
         return
     vals = {r: activation_bytes_per_layer(seq, batch, hidden, heads, tp, sequence_parallel, r)
-            for r in ("none", "selective", "full")}
+            for r in RECOMPUTE}
     for r, v in vals.items():
         print(f"recompute={r:9s}: {format_size(v)} per layer")
-    fig, ax = plt.subplots(figsize=(6, 3))
-    ax.bar(list(vals), [v / MiB for v in vals.values()], color=["#d62728", "#ff7f0e", "#2ca02c"])
-    ax.set_ylabel("MiB per layer")
-    ax.set_title(f"Korthikanti Table 2: s={seq}, b={batch}, h={hidden}, a={heads}, t={tp}")
-    fig.tight_layout()
+    fig = plot_recompute_activations(
+        vals, title=f"Korthikanti Table 2: s={seq}, b={batch}, h={hidden}, a={heads}, t={tp}")
     plt.show()
     plt.close(fig)
-    del plot_model_state
 
 
 def activation_widget():
