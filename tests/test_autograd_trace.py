@@ -107,3 +107,29 @@ def test_torch_fx_swap_pass_rewrites_the_graph():
     assert swap_modules(net, torch.nn.Tanh, torch.tanh)[1] == 0
     with pytest.raises(ValueError, match="module_type"):
         swap_modules(net, "ReLU", torch.tanh)
+
+
+def test_dynamo_capture_breaks_the_graph_at_data_dependent_python():
+    import torch
+
+    from labkit.autograd.fx_passes import dynamo_capture
+
+    def straight(x):
+        return torch.tanh(x) * 2 + x.sin()
+
+    def branchy(x):
+        y = torch.tanh(x) * 2
+        if y.sum() > 0:          # Python needs the value: Dynamo must end the graph here
+            y = y + 1
+        return y.sin()
+
+    x = torch.linspace(-1, 2, 7)
+    one = dynamo_capture(straight, x)
+    assert one.graph_breaks == 0 and one.ops == (4,) and one.matches_eager
+    two = dynamo_capture(branchy, x)
+    assert two.graph_breaks == 1 and two.matches_eager
+    assert "gt" in two.graphs[0] and "sin" in two.graphs[1]
+    with pytest.raises(ValueError, match="fn must be callable"):
+        dynamo_capture(3, x)
+    with pytest.raises(ValueError, match="inputs must be one or more torch tensors"):
+        dynamo_capture(straight, [1.0])

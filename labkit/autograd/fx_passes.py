@@ -7,6 +7,8 @@ Deep Learning in Python", MLSys 2022, sec. 4).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 def swap_modules(module, module_type, fn):
     """Trace ``module`` and replace every call of a ``module_type`` submodule by ``fn``
@@ -31,3 +33,47 @@ def swap_modules(module, module_type, fn):
     gm.graph.lint()
     gm.recompile()
     return gm, replaced
+
+
+@dataclass(frozen=True)
+class DynamoCapture:
+    """What ``torch.compile``'s front end (TorchDynamo) captured from a Python function."""
+    graphs: tuple[str, ...]   # the Python code of each FX graph handed to the backend
+    ops: tuple[int, ...]      # call nodes in each graph
+    matches_eager: bool       # the compiled function returned what eager PyTorch returns
+
+    @property
+    def graph_breaks(self) -> int:
+        return len(self.graphs) - 1
+
+
+def dynamo_capture(fn, *inputs) -> DynamoCapture:
+    """Run ``torch.compile(fn)`` with a backend that only records the graphs Dynamo captures.
+
+    Dynamo reads the function's bytecode and cuts a static graph of tensor ops; where Python
+    needs a tensor's *value* (``if x.sum() > 0``) it ends the graph, runs that bit of Python,
+    and starts another one — a *graph break* (Ansel et al., "PyTorch 2", ASPLOS 2024, sec. 3).
+    No code is generated, so this takes about a second, not the tens of seconds Inductor's
+    first C++ compile takes on a CPU.
+    """
+    import torch
+
+    if not callable(fn):
+        raise ValueError(f"fn must be callable, got {fn!r}")
+    if not inputs or not all(isinstance(x, torch.Tensor) for x in inputs):
+        raise ValueError("inputs must be one or more torch tensors")
+    captured = []
+
+    def record(gm, example_inputs):
+        captured.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    out = torch.compile(fn, backend=record, dynamic=False)(*inputs)
+    torch._dynamo.reset()
+    want = fn(*inputs)
+    outs, wants = (out, want) if isinstance(out, tuple) else ((out,), (want,))
+    same = len(outs) == len(wants) and all(torch.allclose(a, b) for a, b in zip(outs, wants))
+    return DynamoCapture(tuple(gm.code.strip() for gm in captured),
+                         tuple(sum(n.op.startswith("call") for n in gm.graph.nodes)
+                               for gm in captured), same)
