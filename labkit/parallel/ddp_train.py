@@ -160,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         dist.init_process_group(backend, init_method="env://")
     try:
         res = train(rank, world, cfg, device)
+        if world > 1:
+            dist.barrier()   # tear down together: gloo can abort a rank whose peer left first
     finally:
         if world > 1:
             dist.destroy_process_group()

@@ -54,6 +54,7 @@ def _worker(rank: int, world: int, port: int, backend: str, threads: int, timeou
                                 timeout=timedelta(seconds=timeout_s))
         try:
             result = fn(rank, world, *args)
+            dist.barrier()   # tear down together: gloo can abort a rank whose peer left first
         finally:
             dist.destroy_process_group()
         queue.put((rank, True, result))
