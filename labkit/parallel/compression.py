@@ -99,29 +99,45 @@ def topk_compress(grad: np.ndarray, memory: np.ndarray, k: int) -> tuple[np.ndar
     return kept.reshape(grad.shape), (acc - kept).reshape(grad.shape)
 
 
-class TopK(Compressor):
+class PerTensorCompressor(Compressor):
+    """Each worker compresses each tensor on its own. With error feedback, what a worker did
+    not send is kept and added to its next gradient (Seide et al. 2014; Stich et al. 2018)."""
+    ef = True
+
+    def compress(self, acc: np.ndarray) -> tuple[np.ndarray, int]:
+        """(what the receiver decodes, bytes on the wire) for one tensor."""
+        raise NotImplementedError
+
+    def aggregate(self, grads):
+        if not hasattr(self, "memory"):
+            self.memory: dict[tuple[int, int], np.ndarray] = {}
+        sent, nbytes = [], 0
+        for w, g in enumerate(grads):
+            out = []
+            for i, t in enumerate(g):
+                acc = t + self.memory.get((w, i), 0.0)
+                decoded, size = self.compress(acc)
+                if self.ef:
+                    self.memory[(w, i)] = acc - decoded
+                out.append(decoded)
+                if w == 0:
+                    nbytes += size
+            sent.append(out)
+        return [np.mean([s[i] for s in sent], axis=0) for i in range(len(sent[0]))], nbytes
+
+
+class TopK(PerTensorCompressor):
     def __init__(self, ratio: float, error_feedback: bool = True):
         if not 0 < ratio <= 1:
             raise ValueError(f"ratio must be in (0, 1], got {ratio}")
         self.ratio, self.ef = ratio, error_feedback
         self.name = f"top-{ratio:.0%}" + (" + EF" if error_feedback else "")
-        self.memory: dict[tuple[int, int], np.ndarray] = {}
+        self.memory = {}
 
-    def aggregate(self, grads):
-        sent, nbytes = [], 0
-        for w, g in enumerate(grads):
-            out = []
-            for i, t in enumerate(g):
-                mem = self.memory.get((w, i), np.zeros_like(t))
-                k = max(1, int(round(self.ratio * t.size)))
-                kept, new_mem = topk_compress(t, mem, k)
-                if self.ef:
-                    self.memory[(w, i)] = new_mem
-                out.append(kept)
-                if w == 0:
-                    nbytes += k * (FLOAT_BYTES + 4)
-            sent.append(out)
-        return [np.mean([s[i] for s in sent], axis=0) for i in range(len(sent[0]))], nbytes
+    def compress(self, acc):
+        k = max(1, int(round(self.ratio * acc.size)))
+        kept, _ = topk_compress(acc, np.zeros_like(acc), k)
+        return kept, k * (FLOAT_BYTES + 4)        # value + int32 index
 
 
 def int8_quantize(x: np.ndarray) -> tuple[np.ndarray, float]:
@@ -131,27 +147,15 @@ def int8_quantize(x: np.ndarray) -> tuple[np.ndarray, float]:
     return np.clip(np.round(x / scale), -127, 127).astype(np.int8), scale
 
 
-class Int8(Compressor):
+class Int8(PerTensorCompressor):
     def __init__(self, error_feedback: bool = True):
         self.ef = error_feedback
         self.name = "int8" + (" + EF" if error_feedback else "")
-        self.memory: dict[tuple[int, int], np.ndarray] = {}
+        self.memory = {}
 
-    def aggregate(self, grads):
-        sent, nbytes = [], 0
-        for w, g in enumerate(grads):
-            out = []
-            for i, t in enumerate(g):
-                acc = t + self.memory.get((w, i), 0.0)
-                q, s = int8_quantize(acc)
-                deq = q.astype(float) * s
-                if self.ef:
-                    self.memory[(w, i)] = acc - deq
-                out.append(deq)
-                if w == 0:
-                    nbytes += t.size + 4
-            sent.append(out)
-        return [np.mean([s[i] for s in sent], axis=0) for i in range(len(sent[0]))], nbytes
+    def compress(self, acc):
+        q, scale = int8_quantize(acc)
+        return q.astype(float) * scale, acc.size + 4   # 1 byte each + a float32 scale
 
 
 class PowerSGD(Compressor):
