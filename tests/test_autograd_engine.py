@@ -142,3 +142,18 @@ def test_bad_shapes_name_the_op_and_the_shapes():
         a.sum(axis=5)
     with pytest.raises(ValueError, match=r"mul .* shapes \(3,\) and \(2,\)"):
         Dual(np.ones(3), np.ones(3)) * Dual(np.ones(2))
+
+
+def test_mse_loss_value_and_gradient_match_torch():
+    from labkit.autograd import functional as F
+
+    rng = np.random.default_rng(7)
+    p, t = rng.standard_normal((5, 3)), rng.standard_normal((5, 3))
+    pred = Tensor(p, requires_grad=True)
+    loss = F.mse_loss(pred, Tensor(t))
+    loss.backward()
+    tp = torch.tensor(p, requires_grad=True)
+    ref = torch.nn.functional.mse_loss(tp, torch.tensor(t))
+    ref.backward()
+    np.testing.assert_allclose(loss.item(), ref.item(), rtol=1e-12)
+    np.testing.assert_allclose(pred.grad.data, tp.grad.numpy(), rtol=1e-12)

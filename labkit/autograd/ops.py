@@ -64,10 +64,6 @@ def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return g.reshape(shape)
 
 
-def _z(t, like):
-    return np.zeros_like(like) if t is None else t
-
-
 def _tsum(*terms):
     terms = [t for t in terms if t is not None]
     if not terms:

@@ -21,7 +21,6 @@ A check cell in a notebook calls ``check("2.3", answer)``.
 from __future__ import annotations
 
 import importlib
-import inspect
 import json
 import os
 import sys
@@ -209,10 +208,6 @@ def expect_raises(fn: Callable, exc_type: type[BaseException], what: str, *,
         raise Wrong(_join(f"{what} raised {type(exc).__name__}, expected {exc_type.__name__}.",
                           hint)) from None
     raise Wrong(_join(f"{what} should raise {exc_type.__name__}.", hint))
-
-
-def signature_params(fn: Callable) -> list[str]:
-    return list(inspect.signature(fn).parameters)
 
 
 def _to_numpy(x: Any) -> Any:
