@@ -20,7 +20,7 @@ from pathlib import Path
 
 import nbformat
 
-from labkit.check.core import ERROR, LOG_ENV, MISSING, PASS, GRADE_ENV
+from labkit.check.core import ERROR, GRADE_ENV, LOG_ENV, MISSING
 from labkit.grade.generate import SOLUTIONS, check_cells
 from labkit.grade.restore import restore_checks
 
@@ -130,8 +130,7 @@ def grade_notebook(learner: str, path: Path, name: str, assignment: Assignment, 
     elif "seconds exceeded" in output:
         grade.notes.append(f"{name}: a cell ran past the cell time limit of {cell_timeout:g} s")
     never = [i for i in ids if i not in verdicts]
-    if never and proc.returncode is not None and not any("time limit" in n or "crash" in n
-                                                         for n in grade.notes):
+    if never and not any("time limit" in n or "crash" in n for n in grade.notes):
         grade.notes.append(f"{name}: checks {', '.join(never)} never ran")
     return grade
 
@@ -198,7 +197,3 @@ def grade_all(submissions: Path, assignment: Assignment, *, timeout: float = 300
         grades = list(pool.map(one, work))
     bar.close()
     return grades, notes
-
-
-def score(grade: NotebookGrade) -> int:
-    return sum(status == PASS for status in grade.statuses.values())
