@@ -44,3 +44,24 @@ def chapter_map(notebooks: Path = REPO / "notebooks") -> str:
         title = f"[{ch.title}]({ch.filename})" if ready else f"{ch.title} *(in preparation)*"
         lines.append(f"| {ch.number:02d} | {title} | {ch.experiments} |")
     return "\n".join(lines)
+
+
+# Seed item -> (solution notebook file name, cell id) that teaches it. Keys: "000/exercise/N",
+# "000/experiment/N", "000/example/N" for seed 000's exercises, experiments and code
+# examples; "002/<section>" and "004/<section>" for the sections of seeds 002 and 004.
+# Items whose chapter is not written yet are absent. A test checks every entry's cell exists.
+SEED_COVERAGE: dict[str, tuple[str, str]] = {
+    # ch00
+    # ch01
+    # ch02
+    # ch03
+    # ch04
+    # ch05
+    # ch06
+    # ch07
+    # ch08
+    # ch09
+    # ch10
+    # ch11
+    # ch12
+}

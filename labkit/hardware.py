@@ -1,0 +1,85 @@
+"""GPU data-sheet facts: the one place the course's GPU numbers live.
+
+Every rate is dense (no 2:4 sparsity); NVIDIA's sheets print the sparse figure with an
+asterisk, and we halve it. Sources:
+
+* V100 SXM2 32 GB — NVIDIA Tesla V100 data sheet (2020) and "NVIDIA Tesla V100 GPU
+  Architecture" white paper (2017): 80 SMs × 64 FP32 cores, FP32 15.7 TFLOPS, FP16 Tensor
+  Core 125 TFLOPS, HBM2 900 GB/s, NVLink 300 GB/s total, 300 W.
+* A100 SXM4 80 GB — NVIDIA A100 Tensor Core GPU data sheet (2021) and architecture white
+  paper (2020): 108 SMs × 64 FP32 cores, FP32 19.5, TF32 156, BF16/FP16 312, INT8 624
+  TFLOPS/TOPS, HBM2e 2,039 GB/s, NVLink 600 GB/s total, 400 W.
+* H100 SXM5 80 GB — NVIDIA H100 Tensor Core GPU data sheet (2023) and architecture white
+  paper (2022): 132 SMs × 128 FP32 cores, FP32 67, TF32 494.5, BF16/FP16 989.5, FP8/INT8
+  1,979 TFLOPS/TOPS, HBM3 3.35 TB/s, NVLink 900 GB/s total, up to 700 W.
+* H200 SXM 141 GB — NVIDIA H200 Tensor Core GPU data sheet (2024): compute as H100 SXM,
+  HBM3e 4.8 TB/s, 141 GB, NVLink 900 GB/s total, up to 700 W.
+
+Use one precision per comparison and say which (``peak("fp32")`` vs ``peak("bf16")``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MAX_THREADS_PER_BLOCK = 1024   # every CUDA GPU since compute capability 2.0
+WARP_SIZE = 32                 # threads per warp on every NVIDIA GPU so far
+T = 1e12
+GB = 1e9
+PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One GPU model's data-sheet numbers (dense rates, FLOP/s; bytes; B/s; W)."""
+    key: str
+    name: str
+    compute_capability: str
+    sm_count: int
+    fp32_lanes_per_sm: int
+    memory_bytes: float
+    hbm_bandwidth: float              # B/s
+    nvlink_bandwidth: float           # B/s, total of both directions, per GPU
+    tdp_watts: float
+    flops: dict = field(default_factory=dict)   # precision -> dense FLOP/s (or OP/s for int8)
+    source: str = ""
+
+    def peak(self, precision: str = "fp32") -> float:
+        """Dense peak rate at ``precision`` (one of the keys of ``flops``)."""
+        if precision not in self.flops:
+            raise ValueError(f"precision must be one of {sorted(self.flops)} for {self.key}, "
+                             f"got {precision!r}")
+        return self.flops[precision]
+
+    def ridge(self, precision: str = "fp32") -> float:
+        """Arithmetic intensity (FLOP/byte of HBM traffic) where the roofs meet."""
+        return self.peak(precision) / self.hbm_bandwidth
+
+    @property
+    def nvlink_per_direction(self) -> float:
+        return self.nvlink_bandwidth / 2
+
+
+GPUS: dict[str, GPU] = {
+    "V100": GPU("V100", "V100 SXM2 32GB", "7.0", 80, 64, 32 * GB, 900 * GB, 300 * GB, 300,
+                {"fp64": 7.8 * T, "fp32": 15.7 * T, "fp16": 125 * T},
+                "NVIDIA Tesla V100 data sheet (2020); V100 architecture white paper (2017)"),
+    "A100": GPU("A100", "A100 SXM4 80GB", "8.0", 108, 64, 80 * GB, 2039 * GB, 600 * GB, 400,
+                {"fp64": 9.7 * T, "fp32": 19.5 * T, "tf32": 156 * T, "fp16": 312 * T,
+                 "bf16": 312 * T, "int8": 624 * T},
+                "NVIDIA A100 Tensor Core GPU data sheet (2021); A100 white paper (2020)"),
+    "H100": GPU("H100", "H100 SXM5 80GB", "9.0", 132, 128, 80 * GB, 3350 * GB, 900 * GB, 700,
+                {"fp64": 34 * T, "fp32": 67 * T, "tf32": 494.5 * T, "fp16": 989.5 * T,
+                 "bf16": 989.5 * T, "fp8": 1979 * T, "int8": 1979 * T},
+                "NVIDIA H100 Tensor Core GPU data sheet (2023); H100 white paper (2022)"),
+    "H200": GPU("H200", "H200 SXM 141GB", "9.0", 132, 128, 141 * GB, 4800 * GB, 900 * GB, 700,
+                {"fp64": 34 * T, "fp32": 67 * T, "tf32": 494.5 * T, "fp16": 989.5 * T,
+                 "bf16": 989.5 * T, "fp8": 1979 * T, "int8": 1979 * T},
+                "NVIDIA H200 Tensor Core GPU data sheet (2024)"),
+}
+
+
+def gpu(key: str) -> GPU:
+    """The data sheet of ``key`` (V100, A100, H100, H200)."""
+    if key not in GPUS:
+        raise ValueError(f"gpu must be one of {', '.join(GPUS)}; got {key!r}")
+    return GPUS[key]
