@@ -8,3 +8,4 @@ from labkit.check.core import (  # noqa: F401
     evaluate, exercise, expect_close, expect_equal, expect_raises, get, grading_mode,
     is_missing, stub,
 )
+from labkit.check.predict import PREDICTIONS, predict, reveal  # noqa: F401,E402
