@@ -160,9 +160,13 @@ def test_expandable_segment_grows_in_pages_and_unmaps():
 
 def test_bad_input_raises_value_error():
     a = CachingAllocator()
-    for bad in (-1, 0, 1.5, "3", True):
-        with pytest.raises(ValueError):
+    for bad in (-1, 0, 1.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="nbytes"):
             a.malloc(bad)
+    for bad in ("3", True, None):
+        with pytest.raises(TypeError, match="nbytes"):
+            a.malloc(bad)
+    assert a.malloc(2048.0).size == 2048          # an integral float is a count
     b = a.malloc(100)
     a.free(b)
     with pytest.raises(ValueError, match="double free"):
@@ -210,3 +214,102 @@ def test_random_sequences_never_overlap_and_stats_agree(ops, ms, expandable, cap
         assert s.allocated_bytes == sum(b.size for b in live)
         assert s.requested_bytes == sum(b.requested for b in live)
         assert s.allocated_bytes <= s.reserved_bytes <= s.peak_reserved_bytes
+
+
+def test_expandable_segments_count_no_device_segments_like_torch():
+    # map_block adds to reserved_bytes only; the segment stat counts cudaMalloc'd segments.
+    a = CachingAllocator(capacity=8 << 30, expandable_segments=True)
+    blocks = [a.malloc(n) for n in (3 * MiB, 30 * MiB, 1000)]
+    ms = a.memory_stats()
+    assert ms["reserved_bytes.all.current"] == 2 * 20 * MiB + 2 * MiB
+    assert ms["segment.all.current"] == 0 and ms["segment.large_pool.current"] == 0
+    assert len(a.segments()) == 2                    # the snapshot still lists mapped ranges
+    plain = CachingAllocator(capacity=8 << 30)
+    for n in (3 * MiB, 30 * MiB, 1000):
+        plain.malloc(n)
+    assert plain.memory_stats()["segment.all.current"] == 3
+    for b in blocks:
+        a.free(b)
+    a.check_invariants()
+
+
+def test_garbage_collection_releases_the_oldest_cached_segments_first():
+    a = CachingAllocator(capacity=1000 * MiB, garbage_collection_threshold=0.3)
+    a.set_memory_fraction(0.5)                     # allowed 500 MiB, gc above 150 MiB
+    blocks = [a.malloc(n * MiB) for n in (100, 60, 40)]
+    for b in blocks:
+        a.free(b)                                  # all cached at age base 3
+    a.free(a.malloc(50 * MiB))                     # reuses B: B's age restarts
+    a.malloc(120 * MiB)                            # miss: ages A=2, C=2, B=1, mean 5/3
+    s = a.stats()
+    assert a.reserved == (60 + 120) * MiB          # A and C released, B kept
+    assert s.device_segments == 2 and s.num_device_free == 2
+    a.check_invariants()
+
+
+@pytest.mark.parametrize("kw, fraction", [({}, None), ({}, 0.5),
+                                           ({"garbage_collection_threshold": 0.3}, None)])
+def test_garbage_collection_needs_both_threshold_and_fraction(kw, fraction):
+    a = CachingAllocator(capacity=1000 * MiB, **kw)
+    if fraction is not None:
+        a.set_memory_fraction(fraction)
+    for b in [a.malloc(n * MiB) for n in (100, 60, 40)]:
+        a.free(b)
+    a.free(a.malloc(50 * MiB))
+    a.malloc(120 * MiB)
+    assert a.reserved == (100 + 60 + 40 + 120) * MiB and a.stats().num_device_free == 0
+
+
+def test_memory_fraction_caps_reserved_memory():
+    a = CachingAllocator(capacity=1000 * MiB)
+    a.set_memory_fraction(0.1)
+    a.malloc(60 * MiB)
+    with pytest.raises(OutOfMemoryError, match="100.00 MiB allowed"):
+        a.malloc(60 * MiB)
+    b = CachingAllocator(capacity=1000 * MiB)
+    b.malloc(60 * MiB)
+    b.malloc(60 * MiB)                             # no fraction: the device has room
+    with pytest.raises(ValueError, match="capacity"):
+        CachingAllocator().set_memory_fraction(0.5)
+    with pytest.raises(ValueError, match="fraction"):
+        a.set_memory_fraction(1.5)
+
+
+def test_alloc_conf_parses_garbage_collection_threshold():
+    a = CachingAllocator(conf="garbage_collection_threshold:0.6,max_split_size_mb:64")
+    assert a.config.garbage_collection_threshold == 0.6
+    for bad in ("0", "1", "1.5", "abc", "-0.2"):
+        with pytest.raises(ValueError, match="garbage_collection_threshold"):
+            CachingAllocator(conf=f"garbage_collection_threshold:{bad}")
+
+
+@pytest.mark.parametrize("call, exc, name", [
+    (lambda: CachingAllocator(max_split_size_mb=float("inf")), ValueError, "max_split_size_mb"),
+    (lambda: CachingAllocator(max_split_size_mb=20.9), ValueError, "max_split_size_mb"),
+    (lambda: CachingAllocator(conf="max_split_size_mb:abc"), ValueError, "max_split_size_mb"),
+    (lambda: CachingAllocator(conf="max_split_size_mb:64.5"), ValueError, "max_split_size_mb"),
+    (lambda: CachingAllocator(conf="max_non_split_rounding_mb:x"), ValueError,
+     "max_non_split_rounding_mb"),
+    (lambda: CachingAllocator(conf="roundup_power2_divisions:[64:x]"), ValueError,
+     "roundup_power2_divisions"),
+    (lambda: CachingAllocator(conf="roundup_power2_divisions:[a:2]"), ValueError,
+     "roundup_power2_divisions"),
+    (lambda: CachingAllocator(capacity=float("nan")), ValueError, "capacity"),
+    (lambda: CachingAllocator(capacity="80GB"), TypeError, "capacity"),
+    (lambda: CachingAllocator(expandable_segments=1), TypeError, "expandable_segments"),
+    (lambda: round_size(-5), ValueError, "size"),
+    (lambda: round_size(0), ValueError, "size"),
+    (lambda: allocation_size(-100), ValueError, "rounded_size"),
+    (lambda: pool_of("1"), TypeError, "rounded_size"),
+    (lambda: roundup_power2_next_division(1200, 3), ValueError, "divisions"),
+    (lambda: roundup_power2_next_division(1200, 1), ValueError, "divisions"),
+    (lambda: should_split(100, 200, small=True), ValueError, "block_size"),
+])
+def test_bad_arguments_name_the_parameter(call, exc, name):
+    with pytest.raises(exc, match=name):
+        call()
+
+
+def test_integral_floats_are_counts():
+    assert CachingAllocator(capacity=80e9).capacity == 80_000_000_000
+    assert CachingAllocator(max_split_size_mb=64.0).config.max_split_size == 64 * MiB

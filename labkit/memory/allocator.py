@@ -25,6 +25,14 @@ stream (no CUDA events, graphs or private pools):
   segments: unmaps every whole free page).
 * Expandable segments (Note [Expandable Segments]): one growing segment per pool; pages of
   2 MiB (small pool) or 20 MiB (large pool) are mapped at the lowest address that fits.
+  Mapping pages adds to ``reserved_bytes`` but never to the ``segment`` count (``map_block``
+  updates only ``reserved_bytes``), so ``memory_stats()`` reports 0 segments for them.
+* ``set_memory_fraction`` (``torch.cuda.set_per_process_memory_fraction``): a new segment
+  fails once reserved + its size would exceed fraction x capacity. With it set,
+  ``garbage_collection_threshold`` t makes every miss first release whole cached large
+  segments whose age (``get_free_block`` calls since they were cached, ``gc_count``) is at
+  least the average, oldest first by rounds, until reserved <= t x allowed
+  (``garbage_collect_cached_blocks``).
 
 Statistics mean what they mean in ``torch.cuda.memory_stats()``: ``allocated_bytes`` is the
 sum of the (rounded) sizes of the blocks handed out, ``requested_bytes`` the sum of the
@@ -36,6 +44,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 
+from labkit import validate
 from labkit.memory.config import NO_LIMIT, AllocatorConfig, make_config, parse_alloc_conf
 from labkit.memory.constants import (
     K_LARGE_BUFFER, K_MIN_BLOCK_SIZE, K_MIN_LARGE_ALLOC, K_ROUND_LARGE, K_SMALL_BUFFER,
@@ -68,10 +77,10 @@ def roundup_power2_next_division(size: int, divisions: int) -> int:
     Example from the source: 1200 with 4 divisions lies in [1024, 2048) whose steps are
     1024, 1280, 1536, 1792, so the result is 1280.
     """
+    size = validate.integer("size", size, low=1)
+    divisions = validate.power_of_two("divisions", divisions, low=2)
     if size & (size - 1) == 0:
         return size
-    if divisions < 2:
-        raise ValueError(f"divisions must be >= 2, got {divisions}")
     power2_floor = 1 << (size.bit_length() - 1)
     step = power2_floor >> (divisions.bit_length() - 1)
     if step == 0:
@@ -82,6 +91,7 @@ def roundup_power2_next_division(size: int, divisions: int) -> int:
 
 def round_size(size: int, config: AllocatorConfig | None = None) -> int:
     """The block size PyTorch hands out for a request of ``size`` bytes (round_size)."""
+    size = validate.integer("size", size, low=1)
     if size < K_MIN_BLOCK_SIZE:
         return K_MIN_BLOCK_SIZE
     if config is not None:
@@ -93,11 +103,13 @@ def round_size(size: int, config: AllocatorConfig | None = None) -> int:
 
 def pool_of(rounded_size: int) -> str:
     """'small' for rounded sizes <= kSmallSize (1 MiB), else 'large' (get_pool)."""
+    rounded_size = validate.integer("rounded_size", rounded_size, low=1)
     return "small" if rounded_size <= K_SMALL_SIZE else "large"
 
 
 def allocation_size(rounded_size: int) -> int:
     """Size of the segment cudaMalloc'd for a miss (get_allocation_size)."""
+    rounded_size = validate.integer("rounded_size", rounded_size, low=1)
     if rounded_size <= K_SMALL_SIZE:
         return K_SMALL_BUFFER
     if rounded_size < K_MIN_LARGE_ALLOC:
@@ -108,6 +120,8 @@ def allocation_size(rounded_size: int) -> int:
 def should_split(block_size: int, rounded_size: int, *, small: bool,
                  max_split_size: int = NO_LIMIT, expandable: bool = False) -> bool:
     """Whether a free block of ``block_size`` is split to serve ``rounded_size``."""
+    rounded_size = validate.integer("rounded_size", rounded_size, low=1)
+    block_size = validate.integer("block_size", block_size, low=rounded_size)
     remaining = block_size - rounded_size
     if small or expandable:
         return remaining >= K_MIN_BLOCK_SIZE
@@ -119,7 +133,7 @@ def should_split(block_size: int, rounded_size: int, *, small: bool,
 class Block:
     """A piece of a segment: handed out (``allocated``), cached free, or unmapped."""
     __slots__ = ("addr", "size", "requested", "allocated", "prev", "next", "pool", "seg",
-                 "mapped", "owner")
+                 "mapped", "owner", "gc_base")
 
     def __init__(self, addr, size, pool, seg, owner, mapped=True):
         self.addr = addr
@@ -132,6 +146,7 @@ class Block:
         self.seg = seg
         self.mapped = mapped
         self.owner = owner
+        self.gc_base = 0            # the pool's get_free_block count when cached
 
     def is_split(self) -> bool:
         return self.prev is not None or self.next is not None
@@ -143,10 +158,11 @@ class Block:
 
 
 class _Pool:
-    __slots__ = ("small", "keys", "unmapped", "page")
+    __slots__ = ("small", "keys", "unmapped", "page", "free_calls")
 
     def __init__(self, small: bool):
         self.small = small
+        self.free_calls = 0                     # get_free_blocks_call_count (gc only)
         self.keys: list[tuple[int, int]] = []   # free mapped blocks, sorted (size, addr)
         self.unmapped: list[int] = []           # addresses of unmapped blocks, sorted
         self.page = SMALL_PAGE if small else LARGE_PAGE
@@ -205,6 +221,8 @@ class MemoryStats:
     num_device_alloc: int
     num_device_free: int
     by_pool: dict = field(default_factory=dict)
+    device_segments: int = 0      # cudaMalloc'd segments: torch's segment.all.current
+
 
     @property
     def cached_free_bytes(self) -> int:
@@ -228,19 +246,20 @@ class CachingAllocator:
 
     def __init__(self, capacity: int | None = None, *, max_split_size_mb: int | None = None,
                  roundup_power2_divisions=None, expandable_segments: bool = False,
-                 max_non_split_rounding_mb: int | None = None, conf: str | None = None):
+                 max_non_split_rounding_mb: int | None = None,
+                 garbage_collection_threshold: float | None = None, conf: str | None = None):
         options = dict(max_split_size_mb=max_split_size_mb,
                        roundup_power2_divisions=roundup_power2_divisions,
                        expandable_segments=expandable_segments,
-                       max_non_split_rounding_mb=max_non_split_rounding_mb)
+                       max_non_split_rounding_mb=max_non_split_rounding_mb,
+                       garbage_collection_threshold=garbage_collection_threshold)
         if conf is not None:
             options.update(parse_alloc_conf(conf))
         self.config = make_config(**options)
         if capacity is not None:
-            if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
-                raise ValueError(f"capacity must be a positive int (bytes) or None, "
-                                 f"got {capacity!r}")
+            capacity = validate.integer("capacity", capacity, low=1)
         self.capacity = capacity
+        self.allowed_memory_maximum: int | None = None   # set_memory_fraction
         self._pools = (_Pool(True), _Pool(False))
         self._blocks_at: dict[int, Block] = {}
         self._segments: dict[int, _Segment] = {}
@@ -255,12 +274,23 @@ class CachingAllocator:
 
     # -- public API ----------------------------------------------------------------------
 
+    def set_memory_fraction(self, fraction: float) -> None:
+        """``torch.cuda.set_per_process_memory_fraction``: cap reserved memory at
+        ``fraction`` x capacity (setMemoryFraction); also arms garbage collection."""
+        if self.capacity is None:
+            raise ValueError("set_memory_fraction needs a capacity (the device's total memory)")
+        fraction = validate.fraction("fraction", fraction)
+        self.allowed_memory_maximum = int(fraction * self.capacity)
+
+    @property
+    def _gc_enabled(self) -> bool:
+        return (self.allowed_memory_maximum is not None
+                and self.config.garbage_collection_threshold > 0)
+
     def malloc(self, nbytes: int) -> Block:
         """Allocate ``nbytes`` (> 0) and return the block (DeviceCachingAllocator::malloc)."""
         if type(nbytes) is not int:
-            if isinstance(nbytes, bool) or not hasattr(nbytes, "__index__"):
-                raise ValueError(f"nbytes must be an int, got {nbytes!r}")
-            nbytes = int(nbytes)
+            nbytes = validate.integer("nbytes", nbytes)
         if nbytes <= 0:
             raise ValueError(f"nbytes must be >= 1, got {nbytes} (PyTorch allocates "
                              "nothing for empty tensors)")
@@ -274,6 +304,8 @@ class CachingAllocator:
         pool = self._pools[0] if small else self._pools[1]
         block = self._get_free_block(pool, size)
         if block is None:
+            if self._gc_enabled:
+                self._garbage_collect_cached_blocks()
             alloc_size = allocation_size(size)
             block = self._alloc_block(pool, size, alloc_size)
             if block is None and self._release_available_cached_blocks(pool, size):
@@ -302,7 +334,7 @@ class CachingAllocator:
             rest.size = remaining
             self._blocks_at[block.addr] = block
             self._blocks_at[rest.addr] = rest
-            insort(pool.keys, (remaining, rest.addr))
+            self._cache(pool, rest)
         block.allocated = True
         block.requested = nbytes
         self.num_allocations += 1
@@ -332,7 +364,7 @@ class CachingAllocator:
             self._merge(block, prev, pool)
         if nxt is not None and not nxt.allocated and nxt.mapped == block.mapped:
             self._merge(block, nxt, pool)
-        insort(pool.keys, (block.size, block.addr))
+        self._cache(pool, block)
 
     def empty_cache(self) -> None:
         """Release every cached segment that is not split (release_cached_blocks)."""
@@ -352,7 +384,7 @@ class CachingAllocator:
             p = by_pool[seg.segment_type]
             p["reserved_bytes"] += seg.total_size
             p["allocated_bytes"] += seg.allocated_size
-            p["segments"] += 1
+            p["segments"] += 0 if seg.is_expandable else 1
             split = len(seg.blocks) > 1
             for b in seg.blocks:
                 if b.state == "inactive":
@@ -367,7 +399,8 @@ class CachingAllocator:
             inactive_split_bytes=inactive_split, largest_free_block=largest,
             num_alloc_retries=self.num_alloc_retries, num_ooms=self.num_ooms,
             num_device_alloc=self.num_device_alloc, num_device_free=self.num_device_free,
-            by_pool=by_pool)
+            by_pool=by_pool,
+            device_segments=sum(p["segments"] for p in by_pool.values()))
 
     def memory_stats(self) -> dict[str, int]:
         """A subset of ``torch.cuda.memory_stats()`` with PyTorch's key names."""
@@ -380,7 +413,7 @@ class CachingAllocator:
             "requested_bytes.all.current": s.requested_bytes,
             "requested_bytes.all.peak": s.peak_requested_bytes,
             "allocation.all.current": s.num_allocations,
-            "segment.all.current": s.num_segments,
+            "segment.all.current": s.device_segments,
             "inactive_split_bytes.all.current": s.inactive_split_bytes,
             "num_alloc_retries": s.num_alloc_retries,
             "num_ooms": s.num_ooms,
@@ -453,7 +486,14 @@ class CachingAllocator:
 
     # -- internals (names follow the C++ source) -------------------------------------------
 
+    def _cache(self, pool: _Pool, block: Block) -> None:
+        """insert_into_blocks: cache a free block and remember when (its gc age base)."""
+        block.gc_base = pool.free_calls
+        insort(pool.keys, (block.size, block.addr))
+
     def _get_free_block(self, pool: _Pool, size: int) -> Block | None:
+        if self._gc_enabled:
+            pool.free_calls += 1
         keys = pool.keys
         i = bisect_left(keys, (size, -1))
         n = len(keys)
@@ -475,6 +515,9 @@ class CachingAllocator:
         return self._blocks_at[baddr]
 
     def _alloc_block(self, pool: _Pool, size: int, alloc_size: int) -> Block | None:
+        if (self.allowed_memory_maximum is not None
+                and self.reserved + alloc_size > self.allowed_memory_maximum):
+            return None
         if self.capacity is not None and self.reserved + alloc_size > self.capacity:
             return None
         if self.config.expandable_segments:
@@ -542,6 +585,33 @@ class CachingAllocator:
             j -= 1
         return released >= key
 
+    def _garbage_collect_cached_blocks(self) -> None:
+        """garbage_collect_cached_blocks: release unsplit cached large segments, those at
+        least as old as the average first, until reserved <= threshold x allowed."""
+        gc_threshold = int(self.config.garbage_collection_threshold * self.allowed_memory_maximum)
+        if self.reserved <= gc_threshold:
+            return
+        target = self.reserved - gc_threshold
+        pool = self._pools[1]
+        ages = {addr: pool.free_calls - self._blocks_at[addr].gc_base
+                for _, addr in pool.keys if not self._blocks_at[addr].is_split()}
+        total_age, count = sum(ages.values()), len(ages)
+        reclaimed, freed = 0, True
+        while reclaimed < target and freed and count > 0:
+            threshold = total_age / count
+            freed = False
+            for _, addr in list(pool.keys):          # smallest first, as the C++ set
+                block = self._blocks_at.get(addr)
+                if block is None or block.is_split() or block.seg.expandable:
+                    continue
+                age = pool.free_calls - block.gc_base
+                if age >= threshold:
+                    freed = True
+                    reclaimed += block.size
+                    total_age -= age
+                    count -= 1
+                    self._release_block(block)
+
     def _release_cached_blocks(self) -> None:
         for pool in self._pools:
             to_unmap = []
@@ -563,6 +633,8 @@ class CachingAllocator:
             f"CUDA out of memory (simulated). Tried to allocate {format_size(alloc_size)} "
             f"(request of {format_size(nbytes)}). Device has a total capacity of "
             f"{format_size(self.capacity)} of which {format_size(device_free)} is free. "
+            + (f"{format_size(self.allowed_memory_maximum)} allowed; "
+               if self.allowed_memory_maximum is not None else "") +
             f"Of the allocated memory {format_size(self.allocated)} is allocated by PyTorch, "
             f"and {format_size(self.reserved - self.allocated)} is reserved by PyTorch but "
             f"unallocated (largest cached free block {format_size(largest)}). So "
@@ -623,7 +695,7 @@ class CachingAllocator:
         for nb in (to_map.prev, to_map.next):
             if nb is not None and not nb.allocated and nb.mapped:
                 self._merge(to_map, nb, pool)
-        insort(pool.keys, (to_map.size, to_map.addr))
+        self._cache(pool, to_map)
         self.reserved += mapped
         if self.reserved > self.peak_reserved:
             self.peak_reserved = self.reserved
@@ -660,7 +732,7 @@ class CachingAllocator:
                 block.prev.next = before
             block.prev = before
             self._blocks_at[start] = before
-            insort(keys, (before.size, before.addr))
+            self._cache(pool, before)
         if end > uend:
             after = Block(uend, end - uend, pool, seg, self)
             after.prev, after.next = block, block.next
@@ -668,7 +740,7 @@ class CachingAllocator:
                 block.next.prev = after
             block.next = after
             self._blocks_at[uend] = after
-            insort(keys, (after.size, after.addr))
+            self._cache(pool, after)
         block.addr, block.size, block.mapped = ustart, uend - ustart, False
         self._blocks_at[ustart] = block
         for nb in (block.prev, block.next):

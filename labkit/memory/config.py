@@ -2,19 +2,25 @@
 
 Supported keys: ``max_split_size_mb``, ``max_non_split_rounding_mb``,
 ``roundup_power2_divisions`` (one power of two for every size, or per-interval
-``[256:1,512:2,>:8]`` with keys in MiB), ``expandable_segments`` (True/False).
+``[256:1,512:2,>:8]`` with keys in MiB), ``expandable_segments`` (True/False),
+``garbage_collection_threshold`` (a fraction strictly between 0 and 1; it acts only once
+``set_memory_fraction`` caps the process, as ``set_per_process_memory_fraction`` does).
 Anything else raises ``ValueError`` (PyTorch: "Unrecognized CachingAllocator option").
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+from labkit import validate
 
 from labkit.memory.constants import (
     K_LARGE_BUFFER, K_ROUNDUP_POWER2_INTERVALS, MIN_MAX_SPLIT_SIZE_MB, MiB,
 )
 
 KNOWN_OPTIONS = ("max_split_size_mb", "max_non_split_rounding_mb",
-                 "roundup_power2_divisions", "expandable_segments")
+                 "roundup_power2_divisions", "expandable_segments",
+                 "garbage_collection_threshold")
 NO_LIMIT = (1 << 64) - 1   # std::numeric_limits<size_t>::max()
 
 
@@ -33,6 +39,7 @@ class AllocatorConfig:
     max_non_split_rounding_size: int = K_LARGE_BUFFER
     divisions: tuple[int, ...] = field(default=(0,) * K_ROUNDUP_POWER2_INTERVALS)
     expandable_segments: bool = False
+    garbage_collection_threshold: float = 0.0     # 0: off
 
     def roundup_power2_divisions(self, size: int) -> int:
         """Divisions for ``size`` (AllocatorConfig::roundup_power2_divisions)."""
@@ -42,14 +49,24 @@ class AllocatorConfig:
 
 
 def _mb_option(name: str, value) -> int:
-    try:
-        mb = int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an integer number of MiB, got {value!r}") from None
+    if isinstance(value, str):
+        text = value.strip()
+        if not text.isdigit():
+            raise ValueError(f"{name} must be an integer number of MiB, got {value!r}")
+        value = int(text)
+    mb = validate.integer(name, value, low=0)
     if mb < MIN_MAX_SPLIT_SIZE_MB:
         raise ValueError(f"{name} too small: must be >= {MIN_MAX_SPLIT_SIZE_MB} (MiB), "
                          f"got {mb}")
     return mb * MiB
+
+
+def _int_entry(what: str, value) -> int:
+    if isinstance(value, str):
+        if not value.strip().isdigit():
+            raise ValueError(f"{what} must be a non-negative integer, got {value!r}")
+        return int(value)
+    return validate.integer(what, value, low=0)
 
 
 def _divisions(value) -> tuple[int, ...]:
@@ -81,7 +98,7 @@ def _divisions(value) -> tuple[int, ...]:
     out = [0] * n
     first, last_index = True, 0
     for key, div in value.items():
-        div = int(div)
+        div = _int_entry("roundup_power2_divisions value", div)
         if div != 0 and not _is_pow2(div):
             raise ValueError(f"roundup_power2_divisions values must be a power of two or 0, "
                              f"got {div}")
@@ -89,7 +106,7 @@ def _divisions(value) -> tuple[int, ...]:
             for i in range(last_index, n):
                 out[i] = div
             continue
-        mb = int(key)
+        mb = _int_entry("roundup_power2_divisions interval (MiB)", key)
         if not _is_pow2(mb):
             raise ValueError(f"roundup_power2_divisions intervals must be powers of two "
                              f"(MiB), got {mb}")
@@ -103,13 +120,31 @@ def _divisions(value) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _gc_threshold(value) -> float:
+    """AllocatorConfig::parseGarbageCollectionThreshold: 0 < t < 1."""
+    if value is None:
+        return 0.0
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"garbage_collection_threshold must be a number between 0 and 1, "
+                             f"got {value!r}") from None
+    t = validate.number("garbage_collection_threshold", value)
+    if not 0 < t < 1 or math.isnan(t):
+        raise ValueError(f"garbage_collection_threshold must be in (0, 1) (PyTorch: "
+                         f"\"set it 0.0~1.0\"), got {value!r}")
+    return t
+
+
 def make_config(max_split_size_mb: int | None = None,
                 roundup_power2_divisions=None,
                 expandable_segments: bool = False,
-                max_non_split_rounding_mb: int | None = None) -> AllocatorConfig:
+                max_non_split_rounding_mb: int | None = None,
+                garbage_collection_threshold: float | None = None) -> AllocatorConfig:
     """Validated :class:`AllocatorConfig` from keyword options (None = PyTorch's default)."""
     if not isinstance(expandable_segments, bool):
-        raise ValueError(f"expandable_segments must be True or False, got {expandable_segments!r}")
+        raise TypeError(f"expandable_segments must be True or False, got {expandable_segments!r}")
     return AllocatorConfig(
         max_split_size=NO_LIMIT if max_split_size_mb is None
         else _mb_option("max_split_size_mb", max_split_size_mb),
@@ -117,6 +152,7 @@ def make_config(max_split_size_mb: int | None = None,
         else _mb_option("max_non_split_rounding_mb", max_non_split_rounding_mb),
         divisions=_divisions(roundup_power2_divisions),
         expandable_segments=expandable_segments,
+        garbage_collection_threshold=_gc_threshold(garbage_collection_threshold),
     )
 
 

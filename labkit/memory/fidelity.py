@@ -1,0 +1,192 @@
+"""Op-by-op comparison of the simulator with PyTorch's real CUDA caching allocator.
+
+A seeded random program of ``malloc`` (sizes across the 512 B, 1 MiB, 10 MiB, 20 MiB and
+``max_split_size`` boundaries), ``free`` and ``empty_cache`` runs twice: on
+:class:`~labkit.memory.allocator.CachingAllocator` and, in a fresh process with
+``PYTORCH_CUDA_ALLOC_CONF`` set, on ``torch.cuda`` (``torch.empty(n, dtype=torch.uint8)``).
+After every op both report ``allocated_bytes``, ``reserved_bytes``, ``requested_bytes``
+and the ``segment`` count under ``torch.cuda.memory_stats()``'s names; :func:`compare`
+returns the first op where they differ. Each setting runs in its own process because the
+allocator reads its configuration once.
+
+Needs a CUDA GPU for the torch side (``benchmarks/gpu_check.py`` and a ``gpu``-marked
+test); the labkit side and the comparison logic are tested on the CPU.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from labkit import validate
+from labkit.memory.allocator import CachingAllocator, OutOfMemoryError
+from labkit.memory.constants import MiB
+
+KEYS = ("allocated_bytes.all.current", "reserved_bytes.all.current",
+        "requested_bytes.all.current", "segment.all.current")
+
+# Settings the comparison runs under: (PYTORCH_CUDA_ALLOC_CONF, per-process memory fraction).
+SETTINGS = (
+    ("", None),
+    ("expandable_segments:True", None),
+    ("max_split_size_mb:64", None),
+    ("max_split_size_mb:64,max_non_split_rounding_mb:40", None),
+    ("roundup_power2_divisions:4", None),
+    ("roundup_power2_divisions:[64:2,256:4,>:8]", None),
+    ("garbage_collection_threshold:0.6", 0.02),
+)
+
+_BOUNDARIES = (1, 511, 512, 513, MiB - 1, MiB, MiB + 1, 2 * MiB, 10 * MiB - 1, 10 * MiB,
+               10 * MiB + 1, 19 * MiB + MiB // 2, 20 * MiB, 21 * MiB, 63 * MiB, 64 * MiB,
+               65 * MiB, 130 * MiB, 300 * MiB)
+
+
+def random_ops(seed: int = 0, n: int = 300, max_live_bytes: int = 4 << 30) -> list[tuple]:
+    """A seeded program: ``("malloc", id, nbytes)``, ``("free", id)``, ``("empty_cache",)``.
+
+    Sizes are drawn half from the rule boundaries and half log-uniform in [1 B, 300 MiB];
+    live bytes stay below ``max_live_bytes``.
+    """
+    seed = validate.integer("seed", seed, low=0)
+    n = validate.integer("n", n, low=1)
+    rng = np.random.default_rng(seed)
+    ops: list[tuple] = []
+    live: dict[int, int] = {}
+    next_id = 0
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.03:
+            ops.append(("empty_cache",))
+        elif r < 0.45 and live:
+            victim = list(live)[int(rng.integers(len(live)))]
+            del live[victim]
+            ops.append(("free", victim))
+        else:
+            if rng.random() < 0.5:
+                size = int(_BOUNDARIES[int(rng.integers(len(_BOUNDARIES)))])
+            else:
+                size = int(np.exp(rng.uniform(0, np.log(300 * MiB))))
+            if sum(live.values()) + size > max_live_bytes:
+                continue
+            live[next_id] = size
+            ops.append(("malloc", next_id, size))
+            next_id += 1
+    return ops
+
+
+def replay_labkit(ops, conf: str = "", *, capacity: int, fraction: float | None = None
+                  ) -> list[dict]:
+    """Stats (``KEYS``) after each op on the simulator; an OOM is recorded as ``"oom"``."""
+    alloc = CachingAllocator(capacity, conf=conf or None)
+    if fraction is not None:
+        alloc.set_memory_fraction(fraction)
+    blocks = {}
+    out = []
+    for op in ops:
+        status = "ok"
+        if op[0] == "malloc":
+            try:
+                blocks[op[1]] = alloc.malloc(op[2])
+            except OutOfMemoryError:
+                status = "oom"
+        elif op[0] == "free":
+            if op[1] in blocks:
+                alloc.free(blocks.pop(op[1]))
+        else:
+            alloc.empty_cache()
+        stats = alloc.memory_stats()
+        out.append({"status": status, **{k: int(stats[k]) for k in KEYS}})
+    return out
+
+
+def replay_torch(ops, *, fraction: float | None = None) -> list[dict]:
+    """The same program on ``torch.cuda`` in this process (set the conf before importing)."""
+    import torch
+
+    if fraction is not None:
+        torch.cuda.set_per_process_memory_fraction(fraction)
+    tensors = {}
+    out = []
+    for op in ops:
+        status = "ok"
+        if op[0] == "malloc":
+            try:
+                tensors[op[1]] = torch.empty(op[2], dtype=torch.uint8, device="cuda")
+            except torch.OutOfMemoryError:
+                status = "oom"
+        elif op[0] == "free":
+            tensors.pop(op[1], None)
+        else:
+            torch.cuda.empty_cache()
+        stats = torch.cuda.memory_stats()
+        out.append({"status": status, **{k: int(stats.get(k, 0)) for k in KEYS}})
+    return out
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    conf: str
+    fraction: float | None
+    ops: int
+    first_mismatch: int | None      # op index, None when equal throughout
+    detail: str
+
+    @property
+    def equal(self) -> bool:
+        return self.first_mismatch is None
+
+
+def first_mismatch(ops, mine: list[dict], theirs: list[dict]) -> tuple[int | None, str]:
+    """Index of the first op after which the two stat lists differ, and what differs."""
+    for i, (a, b) in enumerate(zip(mine, theirs)):
+        diff = [k for k in ("status",) + KEYS if a.get(k) != b.get(k)]
+        if diff:
+            shown = ", ".join(f"{k}: labkit {a.get(k)} vs torch {b.get(k)}" for k in diff)
+            return i, f"after op {i} {ops[i]}: {shown}"
+    if len(mine) != len(theirs):
+        return min(len(mine), len(theirs)), "different lengths"
+    return None, "equal after every op"
+
+
+def compare(conf: str = "", *, fraction: float | None = None, seed: int = 0, n: int = 300,
+            timeout: float = 300) -> Fidelity:
+    """Run the program on torch.cuda in a fresh process with ``conf`` and compare."""
+    ops = random_ops(seed, n)
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf)
+    args = [sys.executable, "-m", "labkit.memory.fidelity", "--seed", str(seed), "--n", str(n)]
+    if fraction is not None:
+        args += ["--fraction", str(fraction)]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"torch replay failed ({conf!r}): {proc.stderr[-2000:]}")
+    payload = json.loads(proc.stdout.strip().splitlines()[-1])
+    mine = replay_labkit(ops, conf, capacity=payload["capacity"], fraction=fraction)
+    index, detail = first_mismatch(ops, mine, payload["stats"])
+    return Fidelity(conf, fraction, len(ops), index, detail)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--n", type=int, default=300)
+    parser.add_argument("--fraction", type=float, default=None)
+    a = parser.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("no CUDA device", file=sys.stderr)
+        return 2
+    stats = replay_torch(random_ops(a.seed, a.n), fraction=a.fraction)
+    capacity = torch.cuda.get_device_properties(0).total_memory
+    print(json.dumps({"capacity": capacity, "stats": stats}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
