@@ -169,6 +169,18 @@ def compare(conf: str = "", *, fraction: float | None = None, seed: int = 0, n: 
     return Fidelity(conf, fraction, len(ops), index, detail)
 
 
+def report(seed: int = 0, n: int = 300) -> list[Fidelity]:
+    """Compare under every setting in :data:`SETTINGS` and print one line each (GPU only)."""
+    results = []
+    for conf, fraction in SETTINGS:
+        r = compare(conf, fraction=fraction, seed=seed, n=n)
+        label = (conf or "default") + (f" + memory fraction {fraction}" if fraction else "")
+        print(f"allocator vs torch.cuda [{label}]: {r.ops} ops, "
+              f"{'EQUAL' if r.equal else 'DIFFERENT'} — {r.detail}")
+        results.append(r)
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
