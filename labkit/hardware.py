@@ -80,6 +80,70 @@ GPUS: dict[str, GPU] = {
 
 def gpu(key: str) -> GPU:
     """The data sheet of ``key`` (V100, A100, H100, H200)."""
-    if key not in GPUS:
-        raise ValueError(f"gpu must be one of {', '.join(GPUS)}; got {key!r}")
-    return GPUS[key]
+    from labkit.validate import one_of
+
+    return GPUS[one_of("key", key, tuple(GPUS))]
+
+
+# ---- per-SM limits (chapter 04's occupancy, chapter 05's ladder model) ---------------------
+
+@dataclass(frozen=True)
+class SMLimits:
+    """Per-SM limits of one GPU: CUDA C++ Programming Guide, "Technical Specifications per
+    Compute Capability" (threads, warps, blocks, registers, shared memory per SM and per
+    block, and the 1 KB of shared memory the runtime reserves per block from 8.0 on); the
+    allocation units are the CUDA Occupancy Calculator's (registers: 256 per warp; shared
+    memory: 256 B on 7.x, 128 B on 8.x and 9.x)."""
+    name: str
+    compute_capability: str
+    sm_count: int
+    fp32_lanes_per_sm: int        # FP32 "CUDA cores" per SM (architecture white papers)
+    max_threads_per_sm: int
+    max_warps_per_sm: int
+    max_blocks_per_sm: int
+    max_threads_per_block: int
+    registers_per_sm: int
+    register_unit: int            # registers are allocated to a warp in these units
+    max_registers_per_thread: int
+    sub_partitions: int
+    shared_per_sm: int            # bytes, with the carveout at its maximum
+    max_shared_per_block: int     # bytes (opt-in maximum)
+    reserved_shared_per_block: int
+    shared_unit: int              # shared-memory allocation granularity, bytes
+
+
+KB = 1024
+SM_LIMITS: dict[str, SMLimits] = {
+    "V100": SMLimits("V100 (sm_70)", "7.0", 80, 64, 2048, 64, 32, MAX_THREADS_PER_BLOCK,
+                     65536, 256, 255, 4, 96 * KB, 96 * KB, 0, 256),
+    "A100": SMLimits("A100 (sm_80)", "8.0", 108, 64, 2048, 64, 32, MAX_THREADS_PER_BLOCK,
+                     65536, 256, 255, 4, 164 * KB, 163 * KB, KB, 128),
+    "H100": SMLimits("H100 SXM (sm_90)", "9.0", 132, 128, 2048, 64, 32, MAX_THREADS_PER_BLOCK,
+                     65536, 256, 255, 4, 228 * KB, 227 * KB, KB, 128),
+    "H200": SMLimits("H200 SXM (sm_90)", "9.0", 132, 128, 2048, 64, 32, MAX_THREADS_PER_BLOCK,
+                     65536, 256, 255, 4, 228 * KB, 227 * KB, KB, 128),
+}
+"""SM counts: V100 white paper (2017) 80 SMs; A100 white paper (2020) 108 SMs x 64 FP32
+lanes; H100 white paper (2022) SXM5 132 SMs x 128 FP32 lanes; H200 SXM is the same GH100
+configuration (H200 data sheet: compute as H100 SXM)."""
+
+L2_BYTES: dict[str, int] = {"V100": 6 * 2 ** 20, "A100": 40 * 2 ** 20, "H100": 50 * 2 ** 20,
+                            "H200": 50 * 2 ** 20}
+"""L2 cache: V100 white paper 6 MB; A100 white paper 40 MB; H100 white paper 50 MB (SXM5);
+H200 as H100 SXM5."""
+
+SHARED_BYTES_PER_CLOCK = 128   # per SM: 32 banks x 4 bytes (Programming Guide, "Shared Memory")
+
+
+def sm_limits(key: str) -> SMLimits:
+    """Per-SM limits of ``key`` (V100, A100, H100, H200)."""
+    if key not in SM_LIMITS:
+        raise ValueError(f"gpu must be one of {', '.join(SM_LIMITS)}; got {key!r}")
+    return SM_LIMITS[key]
+
+
+def fp32_clock_hz(key: str) -> float:
+    """The boost clock implied by the data sheet: FP32 peak / (SMs x FP32 lanes x 2 FLOP per
+    FMA) — 1.53 GHz (V100), 1.41 GHz (A100), 1.98 GHz (H100/H200)."""
+    g, s = gpu(key), sm_limits(key)
+    return g.peak("fp32") / (s.sm_count * s.fp32_lanes_per_sm * 2)
