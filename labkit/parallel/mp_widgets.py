@@ -1,0 +1,118 @@
+"""Widgets of chapter 10: each wires controls to a labkit function and a labkit plot.
+
+``show_*`` functions do the work (print the numbers, draw the figure) and are what the
+tests call; ``*_widget`` builders validate their arguments, then wire sliders to them.
+"""
+from __future__ import annotations
+
+from labkit import validate as V
+from labkit.show import show
+
+MODELS = {   # name -> (layers, hidden, heads, global batch): Narayanan et al. Table 1, GPT-3
+    "GPT 1.7B (Table 1)": (24, 2304, 24, 512),
+    "GPT 7.5B (Table 1)": (36, 4096, 32, 512),
+    "GPT 39.1B (Table 1)": (48, 8192, 64, 1536),
+    "GPT-3 175B (Brown et al. 2020)": (96, 12288, 96, 1536),
+    "GPT 529.6B (Table 1)": (105, 20480, 128, 2520),
+    "GPT 1T (Table 1)": (128, 25600, 160, 3072),
+}
+PLANNER_GPUS = ("A100", "H100", "H200")
+
+
+def show_schedule(stages: int, microbatches: int, kind: str, chunks: int,
+                  t_forward: float, t_backward: float) -> None:
+    """Simulate the schedule, print bubble (simulated and the paper's formula) and stash,
+    draw the Gantt chart. An impossible combination prints the reason instead."""
+    from labkit.parallel.mp_plots import plot_schedule
+    from labkit.parallel.pipeline import bubble_formula, pipeline_schedule
+    v = chunks if kind == "interleaved" else 1
+    try:
+        s = pipeline_schedule(kind, stages, microbatches, v, t_forward, t_backward)
+    except ValueError as exc:
+        print(f"✗ {exc}")
+        return
+    print(f"{kind}: p={stages}, m={microbatches}, v={v}: makespan {s.makespan:.2f}, "
+          f"bubble fraction {s.bubble_fraction:.4f} (paper: "
+          f"{bubble_formula(kind, stages, microbatches, v):.4f}), idle {s.idle_fraction:.1%}, "
+          f"peak stash per stage {list(s.peak_stash)}")
+    show(plot_schedule(s))
+
+
+def schedule_widget(kind: str = "1f1b", stages: int = 4, microbatches: int = 8,
+                    chunks: int = 2, t_forward: float = 1.0, t_backward: float = 2.0):
+    """Stages (first slider), micro-batches, schedule, chunks, t_f, t_b → Gantt chart."""
+    from labkit.parallel.pipeline import KINDS
+    kind = V.one_of("kind", kind, KINDS)
+    p = V.integer("stages", stages, low=1, high=8)
+    m = V.integer("microbatches", microbatches, low=1, high=32)
+    v = V.integer("chunks", chunks, low=1, high=4)
+    tf = V.number("t_forward", t_forward, low=0.25, high=4)
+    tb = V.number("t_backward", t_backward, low=0.25, high=4)
+    import ipywidgets as w
+    return w.interactive(
+        show_schedule,
+        stages=w.IntSlider(value=p, min=1, max=8, description="stages p"),
+        microbatches=w.IntSlider(value=m, min=1, max=32, description="micro-batches m"),
+        kind=w.Dropdown(options=list(KINDS), value=kind, description="schedule"),
+        chunks=w.IntSlider(value=v, min=1, max=4, description="chunks v"),
+        t_forward=w.FloatSlider(value=tf, min=0.25, max=4, step=0.25, description="t_f"),
+        t_backward=w.FloatSlider(value=tb, min=0.25, max=4, step=0.25, description="t_b"))
+
+
+def show_zero(log10_params: float, dp: int) -> None:
+    """Per-GPU model states and per-step traffic of DDP, ZeRO-1/2/3 and FSDP."""
+    from labkit.parallel.mp_plots import plot_zero
+    from labkit.parallel.zero import zero_table
+    psi = int(round(10 ** log10_params))
+    rows = zero_table(psi, dp)
+    print(f"Ψ = {psi:,} parameters, dp = {dp}, mixed-precision Adam (16 bytes/parameter)")
+    for r in rows:
+        print(f"  {r.name:6s} {r.memory.total / 1e9:9.2f} GB per GPU   sends "
+              f"{r.comm_volume_psi:.3f} Ψ = {r.comm_bytes / 1e9:8.2f} GB per step (fp16)")
+    show(plot_zero(rows))
+
+
+def zero_widget(log10_params: float = 9.0, dp: int = 8):
+    """log10 Ψ (first slider) and data-parallel size → memory against communication."""
+    lp = V.number("log10_params", log10_params, low=6, high=12)
+    d = V.integer("dp", dp, low=1, high=64)
+    import ipywidgets as w
+    return w.interactive(
+        show_zero,
+        log10_params=w.FloatSlider(value=lp, min=6, max=12, step=0.1, description="log10 Ψ"),
+        dp=w.IntSlider(value=d, min=1, max=64, description="dp"))
+
+
+def show_plans(nodes: int, model: str, gpu: str, top: int = 8) -> None:
+    """Plan ``model`` on ``nodes`` × 8 GPUs: print the best plans and why the others fail."""
+    from labkit.parallel.mp_plots import plot_plans
+    from labkit.parallel.planner import GPTModel, cluster, plan
+    l, h, a, b = MODELS[model]
+    gm = GPTModel(l, h, a, batch=b, name=model)
+    ps = plan(gm, cluster(gpu, nodes * 8, 8))
+    print(f"{model}: {gm.params / 1e9:.1f}B parameters, batch {b}, on {nodes * 8} × {gpu}: "
+          f"{len(ps.ranked)} plans fit, {len(ps.rejected)} rejected")
+    for reason, count in sorted(ps.reasons().items(), key=lambda kv: -kv[1]):
+        print(f"  rejected ({reason}): {count}")
+    for i, p in enumerate(ps.ranked[:top], 1):
+        print(f"  #{i} {p.label:48s} {p.memory / 1e9:5.1f} GB  {p.step_time:8.2f} s  "
+              f"MFU {p.mfu:.0%}")
+    if ps.ranked:
+        show(plot_plans(ps, top))
+    else:
+        print("  nothing fits: add GPUs, or a bigger-memory GPU")
+
+
+def planner_widget(nodes: int = 16, model: str = "GPT-3 175B (Brown et al. 2020)",
+                   gpu: str = "A100"):
+    """Nodes of 8 GPUs (first slider), model and GPU → ranked plans and rejections."""
+    n = V.integer("nodes", nodes, low=1, high=512)
+    model = V.one_of("model", model, tuple(MODELS))
+    gpu = V.one_of("gpu", gpu, PLANNER_GPUS)
+    import ipywidgets as w
+    return w.interactive(
+        show_plans,
+        nodes=w.IntSlider(value=n, min=1, max=512, description="nodes (×8 GPUs)"),
+        model=w.Dropdown(options=list(MODELS), value=model, description="model"),
+        gpu=w.Dropdown(options=list(PLANNER_GPUS), value=gpu, description="GPU"),
+        top=w.fixed(8))

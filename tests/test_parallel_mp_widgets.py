@@ -1,0 +1,54 @@
+"""Chapter 10 widgets build, validate their arguments first, and their first slider changes
+what they show."""
+import matplotlib
+import pytest
+
+from labkit.parallel import mp_widgets
+
+matplotlib.use("Agg")
+
+
+@pytest.mark.parametrize("name", ["schedule_widget", "zero_widget", "planner_widget"])
+def test_first_slider_changes_output(name, capsys):
+    w = getattr(mp_widgets, name)()
+    before = capsys.readouterr().out
+    slider = w.children[0]
+    slider.value = slider.value + 2 * slider.step
+    after = capsys.readouterr().out
+    assert before and after and before != after
+    matplotlib.pyplot.close("all")
+
+
+def test_schedule_numbers(capsys):
+    mp_widgets.show_schedule(4, 8, "1f1b", 2, 1.0, 2.0)
+    out = capsys.readouterr().out
+    assert "bubble fraction 0.3750 (paper: 0.3750)" in out and "[4, 3, 2, 1]" in out
+    mp_widgets.show_schedule(4, 8, "interleaved", 2, 1.0, 2.0)
+    assert "bubble fraction 0.1875" in capsys.readouterr().out
+    mp_widgets.show_schedule(3, 8, "interleaved", 2, 1.0, 2.0)
+    assert "multiple of stages" in capsys.readouterr().out
+    matplotlib.pyplot.close("all")
+
+
+def test_zero_and_planner_numbers(capsys):
+    mp_widgets.show_zero(9.0, 8)
+    out = capsys.readouterr().out
+    assert "ddp        16.00 GB" in out and "zero3       2.00 GB" in out and "2.625 Ψ" in out
+    mp_widgets.show_plans(1, "GPT 1T (Table 1)", "A100")
+    assert "nothing fits" in capsys.readouterr().out
+    mp_widgets.show_plans(16, "GPT-3 175B (Brown et al. 2020)", "A100")
+    out = capsys.readouterr().out
+    assert "#1 " in out and "rejected (memory)" in out and "MFU" in out
+    matplotlib.pyplot.close("all")
+
+
+@pytest.mark.parametrize("call, word", [
+    (lambda: mp_widgets.schedule_widget(stages=0), "stages"),
+    (lambda: mp_widgets.schedule_widget(kind="zb"), "kind"),
+    (lambda: mp_widgets.zero_widget(dp=0), "dp"),
+    (lambda: mp_widgets.planner_widget(model="GPT-5"), "model"),
+    (lambda: mp_widgets.planner_widget(gpu="V100"), "gpu"),
+])
+def test_builders_validate_first(call, word):
+    with pytest.raises(ValueError, match=word):
+        call()
