@@ -1,14 +1,21 @@
 """Check and time labkit's kernels on a real CUDA GPU (prints a report; exits 0 without one).
 
-    .venv/bin/python benchmarks/gpu_check.py [--quick]
+    .venv/bin/python benchmarks/gpu_check.py [--quick] [--only kernels,matmul,...]
 
-1. Every kernel of ``labkit.kernels.library`` runs compiled by ``numba.cuda`` on the GPU
-   and is compared with numpy (sizes not multiples of the block), including the
-   warp-shuffle reduction the simulator cannot run.
-2. The tiled and register-blocked matmuls are timed against ``torch.matmul`` (FP32, TF32
-   off) with CUDA events, on device-resident data (no host copies in the timing).
-3. The shared-memory and warp reductions are timed on a large vector; their bandwidth is
-   set against the data-sheet peak of the matching preset (A100/H100/H200) if any.
+One function per section (``SECTIONS``); each takes a :class:`Context` and returns the
+names of the checks that failed, so more sections (the allocator comparison) plug in:
+
+* ``kernels``   every kernel of ``labkit.kernels.library`` compiled by ``numba.cuda`` on
+                the GPU, compared with numpy (sizes not multiples of the block).
+* ``timing``    how to time a GPU, with numbers: wall time including host copies, wall
+                time without synchronising, and CUDA events after a warm-up.
+* ``matmul``    the ladder naive -> coalesced -> tiled -> register -> 2-D register-blocked
+                at 4096^3 FP32, timed with CUDA events on device-resident data, each step's
+                speed-up, % of ``torch.matmul`` (cuBLAS, TF32 off) and the model's
+                prediction beside each; goal: 2-D blocked >= 30 % of cuBLAS.
+* ``reduction`` sums of 2^28 float32 (1 GiB): tree, warp-shuffle and the grid-stride
+                ``reduce_fast`` (grid from the SM count), in GB/s and % of the data-sheet
+                HBM peak; goal: reduce_fast >= 80 %.
 
 Exit status: 0 when every check passes or there is no GPU; 1 when a check fails.
 """
@@ -17,10 +24,28 @@ from __future__ import annotations
 import math
 import sys
 import time
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 import labkit  # selects the real GPU or the simulator before numba is imported
+
+MATMUL_GOAL = 0.30       # 2-D register-blocked / torch.matmul FP32 at 4096^3 (issue 15)
+REDUCTION_GOAL = 0.80    # reduce_fast / HBM peak at 2^28 float32 (issue 15)
+
+
+@dataclass
+class Context:
+    quick: bool
+    rng: np.random.Generator
+    device: str
+    gpu_key: str | None                     # the labkit.hardware key, if the GPU is known
+    results: dict = field(default_factory=dict)
+    sizes: dict = field(default_factory=dict)   # overrides (a simulator smoke test uses tiny)
+
+    def size(self, what: str, quick: int, full: int) -> int:
+        return self.sizes.get(what, quick if self.quick else full)
 
 
 def _device_name() -> str:
@@ -29,19 +54,35 @@ def _device_name() -> str:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
-def _preset_for(name: str):
-    from labkit.kernels.roofline import PRESETS
-    for key in ("H200", "H100", "A100"):
+def _gpu_key(name: str) -> str | None:
+    for key in ("H200", "H100", "A100", "V100"):
         if key in name.upper():
-            return PRESETS[key]
+            return key
     return None
 
 
-def check_kernels(rng: np.random.Generator) -> list[str]:
+def time_events(launch: Callable[[], None], repeats: int) -> float:
+    """Seconds per call by CUDA events, after one warm-up call (compilation, caches)."""
+    from numba import cuda
+    launch()
+    cuda.synchronize()
+    start, end = cuda.event(), cuda.event()
+    start.record()
+    for _ in range(repeats):
+        launch()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / repeats      # elapsed_time is in milliseconds
+
+
+# ---- 1. correctness -------------------------------------------------------------------------
+
+def section_kernels(ctx: Context) -> list[str]:
     """Run every op with runner='numba' on the GPU; return the failures."""
     from labkit.kernels import library as lib
     from labkit.kernels import ops
 
+    rng = ctx.rng
     a1 = rng.standard_normal(1000).astype(np.float32)
     b1 = rng.random(1000).astype(np.float32)
     m = rng.standard_normal((257, 129)).astype(np.float32)
@@ -71,16 +112,21 @@ def check_kernels(rng: np.random.Generator) -> list[str]:
         "prefix_sum": (lambda: ops.prefix_sum(a1, runner="numba", block=128), np.cumsum(a1),
                        1e-3),
     }
-    for variant in ("atomic", "interleaved", "strided", "shared", "warp"):
+    for variant in ("naive", "shared", "padded"):
+        cases[f"transpose_{variant}"] = (
+            lambda v=variant: ops.transpose(m, variant=v, runner="numba"), m.T, 0.0)
+    for variant in ("atomic", "interleaved", "strided", "shared", "warp", "fast"):
         cases[f"reduce_{variant}"] = (
             lambda v=variant: ops.reduce_sum(big, variant=v, runner="numba", block=256),
             np.array([big.astype(np.float64).sum()]), 1e-3)
-    for variant, tile, rows in (("naive", 16, 1), ("coalesced", 16, 1), ("tiled", 16, 1),
-                                ("tiled", 32, 1), ("register", 32, 4), ("register", 64, 4)):
-        cases[f"matmul_{variant}_{tile}"] = (
-            lambda v=variant, t=tile, r=rows: ops.matmul(ma, mb, variant=v, runner="numba",
-                                                         tile=t, rows=r),
-            ma @ mb, 1e-3)
+    for variant, kw in (("naive", dict(tile=16)), ("coalesced", dict(tile=16)),
+                        ("tiled", dict(tile=16)), ("tiled", dict(tile=32)),
+                        ("register", dict(tile=32, rows=4)), ("register", dict(tile=64, rows=4)),
+                        ("register2d", {}),
+                        ("register2d", dict(blocked=dict(bm=128, bn=128, bk=8, tm=8, tn=8)))):
+        label = f"matmul_{variant}_" + "_".join(str(v) for v in kw.get("blocked", kw).values())
+        cases[label] = (lambda v=variant, k=kw: ops.matmul(ma, mb, variant=v, runner="numba",
+                                                           **k), ma @ mb, 1e-3)
     for variant in ops.SOFTMAXES:
         cases[f"softmax_{variant}"] = (
             lambda v=variant: ops.softmax(sx, variant=v, runner="numba", block=64), soft, 1e-5)
@@ -93,101 +139,209 @@ def check_kernels(rng: np.random.Generator) -> list[str]:
             err = float(np.max(np.abs(got.astype(np.float64) - want)))
         except Exception as exc:  # report and go on
             ok, err = False, float("nan")
-            print(f"  {name:22s} raised {type(exc).__name__}: {exc}")
-        print(f"  {name:22s} {'ok  ' if ok else 'FAIL'} max abs error {err:.2e}")
+            print(f"  {name:30s} raised {type(exc).__name__}: {exc}")
+        print(f"  {name:30s} {'ok  ' if ok else 'FAIL'} max abs error {err:.2e}")
         if not ok:
             failures.append(name)
     return failures
 
 
-def _time_launch(kernel, grid, block, args, repeats: int) -> float:
-    """Seconds per launch, by CUDA events, after one warm-up launch."""
+# ---- 2. how to time a GPU ----------------------------------------------------------------
+
+def section_timing(ctx: Context) -> list[str]:
+    """The same tiled matmul timed three ways (the numbers chapter 05's text quotes)."""
     from numba import cuda
-    kernel[grid, block](*args)
+
+    from labkit.kernels import ops
+    from labkit.kernels.numba_run import compiled
+
+    size = ctx.size("timing", 1024, 2048)
+    a = ctx.rng.standard_normal((size, size)).astype(np.float32)
+    flops = 2.0 * size ** 3
+    grid, block, fn = ops.matmul_launch("tiled", size, size, tile=32)
+    kernel = compiled(fn)
+    da, db = cuda.to_device(a), cuda.to_device(a)
+    dc = cuda.device_array((size, size), dtype=np.float32)
+
+    t0 = time.perf_counter()
+    ops.matmul(a, a, variant="tiled", tile=32, runner="numba")     # first call: compiles
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ops.matmul(a, a, variant="tiled", tile=32, runner="numba")     # copies in and out
+    with_copies = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    kernel[grid, block](da, db, dc)                                # returns before it ends
+    no_sync = time.perf_counter() - t0
     cuda.synchronize()
-    start, end = cuda.event(), cuda.event()
+    events = time_events(lambda: kernel[grid, block](da, db, dc), 5)
+    ctx.results["timing"] = dict(first=first, with_copies=with_copies, no_sync=no_sync,
+                                 events=events)
+    print(f"  tiled 32 matmul {size}^3:")
+    print(f"    first call (compiles + copies)    {first * 1e3:9.2f} ms")
+    print(f"    wall time incl. host<->device copies {with_copies * 1e3:6.2f} ms")
+    print(f"    wall time, no synchronize         {no_sync * 1e3:9.3f} ms  (launch only)")
+    print(f"    CUDA events after warm-up         {events * 1e3:9.3f} ms  "
+          f"= {flops / events / 1e12:.2f} TFLOP/s")
+    return []
+
+
+# ---- 3. the matmul ladder ----------------------------------------------------------------
+
+LADDER_LAUNCHES = (
+    ("naive", dict(tile=16)), ("coalesced", dict(tile=16)), ("tiled", dict(tile=32)),
+    ("register", dict(tile=64, rows=4)),
+    ("register2d", dict(blocked=dict(bm=128, bn=128, bk=8, tm=8, tn=8))),
+)
+
+
+def _torch_matmul_seconds(a: np.ndarray, repeats: int) -> float:
+    import torch
+    if not torch.cuda.is_available():
+        raise RuntimeError("this torch build has no CUDA")
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # torch >= 2.9
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = False
+    ta = torch.from_numpy(a).cuda()
+    torch.matmul(ta, ta)
+    torch.cuda.synchronize()
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(repeats):
-        kernel[grid, block](*args)
+        torch.matmul(ta, ta)
     end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3 / repeats  # milliseconds between the events
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3 / repeats
 
 
-def time_matmuls(rng: np.random.Generator, size: int, repeats: int) -> None:
+def section_matmul(ctx: Context) -> list[str]:
     from numba import cuda
 
-    from labkit.kernels import library as lib
+    from labkit.kernels import ops
+    from labkit.kernels.models import predict_matmul
     from labkit.kernels.numba_run import compiled
-    from labkit.kernels.ops import cdiv
 
-    a = rng.standard_normal((size, size)).astype(np.float32)
-    b = rng.standard_normal((size, size)).astype(np.float32)
-    da, db = cuda.to_device(a), cuda.to_device(b)
-    dc = cuda.device_array((size, size), dtype=np.float32)
+    size = ctx.size("matmul", 1024, 4096)
+    repeats = ctx.size("repeats", 3, 5)
+    a = ctx.rng.standard_normal((size, size)).astype(np.float32)
+    want = a.astype(np.float64) @ a.astype(np.float64)
     flops = 2.0 * size ** 3
-    want = a @ b
-    results = {}
-    for label, fn, block, tile in (
-            ("tiled 16", lib.matmul_tiled(16), (16, 16), 16),
-            ("tiled 32", lib.matmul_tiled(32), (32, 32), 32),
-            ("register 64x64 (4 rows/thread)", lib.matmul_register_blocked(64, 4),
-             (64, 16), 64)):
-        grid = (cdiv(size, tile), cdiv(size, tile))
-        secs = _time_launch(compiled(fn), grid, block, (da, db, dc), repeats)
-        ok = np.allclose(dc.copy_to_host(), want, rtol=1e-3, atol=1e-2)
-        results[label] = secs
-        print(f"  labkit {label:32s} {secs * 1e3:8.3f} ms  {flops / secs / 1e12:7.2f} TFLOP/s"
-              f"  {'ok' if ok else 'WRONG RESULT'}")
+    da, db = cuda.to_device(a), cuda.to_device(a)
+    dc = cuda.device_array((size, size), dtype=np.float32)
+    failures, seconds = [], {}
+    previous = None
+    for variant, kw in LADDER_LAUNCHES:
+        grid, block, fn = ops.matmul_launch(variant, size, size, **kw)
+        kernel = compiled(fn)
+        secs = time_events(lambda: kernel[grid, block](da, db, dc), repeats)
+        ok = np.allclose(dc.copy_to_host(), want, rtol=1e-3, atol=1e-2 * math.sqrt(size))
+        seconds[variant] = secs
+        step = f"  x{previous / secs:5.2f} vs previous" if previous else " " * 22
+        pred = (f"  model {predict_matmul(size, variant, ctx.gpu_key).tflops:6.2f}"
+                if ctx.gpu_key in ("A100", "H100", "H200") else "")
+        print(f"  {variant:11s} {secs * 1e3:9.3f} ms {flops / secs / 1e12:7.2f} TFLOP/s"
+              f"{step}{pred}  {'ok' if ok else 'WRONG RESULT'}")
+        previous = secs
+        if not ok:
+            failures.append(f"matmul_{variant}")
+    ctx.results["matmul"] = {v: flops / s / 1e12 for v, s in seconds.items()}
     try:
-        import torch
-        if not torch.cuda.is_available():
-            raise RuntimeError("this torch build has no CUDA")
-        if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # torch >= 2.9
-            torch.backends.cuda.matmul.fp32_precision = "ieee"
-        else:
-            torch.backends.cuda.matmul.allow_tf32 = False
-        ta = torch.from_numpy(a).cuda()
-        tb = torch.from_numpy(b).cuda()
-        torch.matmul(ta, tb)
-        torch.cuda.synchronize()
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(repeats):
-            torch.matmul(ta, tb)
-        end.record()
-        torch.cuda.synchronize()
-        secs = start.elapsed_time(end) / 1e3 / repeats
-        print(f"  torch.matmul fp32 (TF32 off)            {secs * 1e3:8.3f} ms  "
-              f"{flops / secs / 1e12:7.2f} TFLOP/s")
-        for label, mine in results.items():
-            print(f"  labkit {label} / torch time: {mine / secs:.1f}x slower")
+        ref = _torch_matmul_seconds(a, repeats)
     except Exception as exc:  # torch missing or CPU-only: the labkit numbers still stand
         print(f"  torch.matmul not timed: {exc}")
+        return failures
+    print(f"  torch.matmul FP32, TF32 off (cuBLAS) {ref * 1e3:9.3f} ms "
+          f"{flops / ref / 1e12:7.2f} TFLOP/s")
+    for variant, secs in seconds.items():
+        print(f"    {variant:11s} = {ref / secs:6.1%} of cuBLAS")
+    share = ref / seconds["register2d"]
+    ctx.results["matmul_vs_cublas"] = share
+    if not ctx.quick and share < MATMUL_GOAL:
+        print(f"  GOAL MISSED: register2d at {share:.1%} of cuBLAS (goal {MATMUL_GOAL:.0%})")
+        failures.append("matmul_goal")
+    return failures
 
 
-def time_reductions(rng: np.random.Generator, n: int, repeats: int, preset) -> None:
+# ---- 4. reductions -------------------------------------------------------------------------
+
+def section_reduction(ctx: Context) -> list[str]:
     from numba import cuda
 
+    from labkit import hardware
     from labkit.kernels import library as lib
     from labkit.kernels.numba_run import compiled
-    from labkit.kernels.ops import cdiv
+    from labkit.kernels.ops import cdiv, fast_reduction_blocks
 
-    x = rng.random(n, dtype=np.float32)
+    n = ctx.size("reduction", 2 ** 24, 2 ** 28)
+    repeats = ctx.size("repeats", 3, 10)
+    x = ctx.rng.random(n, dtype=np.float32)
+    exact = float(x.astype(np.float64).sum())
     dx = cuda.to_device(x)
-    block = 256
+    peak = hardware.gpu(ctx.gpu_key).hbm_bandwidth if ctx.gpu_key else None
+    block = ctx.size("block", 256, 256)
     partial = cuda.device_array(cdiv(n, block), dtype=np.float32)
-    for label, fn in (("shared tree (sequential)", lib.reduce_shared(block)),
-                      ("interleaved tree", lib.reduce_interleaved(block)),
-                      ("warp shuffles", lib.reduce_warp(block))):
-        secs = _time_launch(compiled(fn), cdiv(n, block), block, (dx, partial), repeats)
-        total = float(partial.copy_to_host().astype(np.float64).sum())
-        ok = math.isclose(total, float(x.astype(np.float64).sum()), rel_tol=1e-4)
+    failures = []
+
+    def report(label, secs, total):
+        ok = math.isclose(total, exact, rel_tol=1e-4)
         gbs = 4.0 * n / secs / 1e9
-        peak = f" = {gbs * 1e9 / preset.bandwidth:5.1%} of {preset.name} peak" if preset else ""
-        print(f"  {label:26s} {secs * 1e3:8.3f} ms  {gbs:8.1f} GB/s{peak}  "
+        share = f" = {gbs * 1e9 / peak:6.1%} of HBM peak" if peak else ""
+        print(f"  {label:34s} {secs * 1e3:8.3f} ms {gbs:8.1f} GB/s{share}  "
               f"{'ok' if ok else 'WRONG RESULT'}")
+        if not ok:
+            failures.append(label)
+        return gbs * 1e9
+
+    for label, fn in (("tree, sequential (1st pass)", lib.reduce_shared(block)),
+                      ("warp shuffles (1st pass)", lib.reduce_warp(block))):
+        kernel = compiled(fn)
+        secs = time_events(lambda: kernel[cdiv(n, block), block](dx, partial), repeats)
+        report(label, secs, float(partial.copy_to_host().astype(np.float64).sum()))
+    sms = getattr(cuda.get_current_device(), "MULTIPROCESSOR_COUNT", 1)
+    best = 0.0
+    for per_sm in (2, 4, 8):
+        blocks = fast_reduction_blocks(n, block, "numba", per_sm=per_sm)
+        kernel = compiled(lib.reduce_fast(block))
+        out = cuda.device_array(1, dtype=np.float32)
+        secs = time_events(lambda: kernel[blocks, block](dx, out), repeats)
+        out.copy_to_device(np.zeros(1, np.float32))             # one clean run for the value
+        kernel[blocks, block](dx, out)
+        cuda.synchronize()
+        bw = report(f"reduce_fast, {blocks} blocks ({per_sm}/SM x {sms})", secs,
+                    float(out.copy_to_host()[0]))
+        best = max(best, bw)
+    if peak:
+        ctx.results["reduction_vs_peak"] = best / peak
+        if not ctx.quick and best / peak < REDUCTION_GOAL:
+            print(f"  GOAL MISSED: reduce_fast at {best / peak:.1%} of HBM peak "
+                  f"(goal {REDUCTION_GOAL:.0%})")
+            failures.append("reduction_goal")
+    return failures
+
+
+def section_allocator(ctx: Context) -> list[str]:
+    """labkit's caching allocator vs torch.cuda's, op by op, under every
+    PYTORCH_CUDA_ALLOC_CONF setting (each in its own process)."""
+    from labkit.memory.fidelity import report
+
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("  torch is not importable: allocator comparison skipped")
+        return ["allocator_no_torch"]
+    results = report(seed=0, n=150 if ctx.quick else 300)
+    ctx.results["allocator_equal"] = sum(r.equal for r in results) / len(results)
+    return [f"allocator[{r.conf or 'default'}]" for r in results if not r.equal]
+
+
+SECTIONS: dict[str, Callable[[Context], list[str]]] = {
+    "kernels": section_kernels,
+    "timing": section_timing,
+    "matmul": section_matmul,
+    "reduction": section_reduction,
+    "allocator": section_allocator,
+}
 
 
 def main(argv: list[str]) -> int:
@@ -195,21 +349,23 @@ def main(argv: list[str]) -> int:
         print("gpu_check: no CUDA GPU here (labkit selected Numba's simulator); nothing to "
               "check. Run this script on a machine with an NVIDIA GPU.")
         return 0
-    quick = "--quick" in argv
-    rng = np.random.default_rng(0)
+    only = list(SECTIONS)
+    if "--only" in argv:
+        only = argv[argv.index("--only") + 1].split(",")
+        unknown = sorted(set(only) - set(SECTIONS))
+        if unknown:
+            print(f"unknown sections {unknown}; known: {', '.join(SECTIONS)}")
+            return 2
     name = _device_name()
-    preset = _preset_for(name)
-    print(f"device: {name}; data-sheet preset: {preset.name if preset else 'none'}")
+    ctx = Context("--quick" in argv, np.random.default_rng(0), name, _gpu_key(name))
+    print(f"device: {name}; data sheet: {ctx.gpu_key or 'none'}")
     t0 = time.perf_counter()
-    print("1. kernels on real CUDA vs numpy")
-    failures = check_kernels(rng)
-    print(f"2. matmul {1024 if quick else 4096}^3 vs torch.matmul")
-    time_matmuls(rng, 1024 if quick else 4096, 3 if quick else 10)
-    n = 2 ** (24 if quick else 28)
-    print(f"3. reduction of {n:,} float32 ({4 * n / 2 ** 20:.0f} MiB) vs peak bandwidth")
-    time_reductions(rng, n, 3 if quick else 10, preset)
+    failures = []
+    for k, section in enumerate(only, 1):
+        print(f"{k}. {section}")
+        failures += SECTIONS[section](ctx)
     print(f"done in {time.perf_counter() - t0:.1f} s; "
-          f"{'all kernels correct' if not failures else 'FAILED: ' + ', '.join(failures)}")
+          f"{'all checks passed' if not failures else 'FAILED: ' + ', '.join(failures)}")
     return 1 if failures else 0
 
 

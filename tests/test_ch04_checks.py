@@ -12,7 +12,7 @@ def _stub_kernel(cuda):
     return kernel
 
 
-@pytest.mark.parametrize("ex", ["4.1", "4.2", "4.3", "4.4"])
+@pytest.mark.parametrize("ex", ["4.1", "4.2", "4.3", "4.4", "4.5"])
 def test_reference_passes_and_missing_is_missing(ex):
     assert evaluate(ex, get(ex).reference).status == PASS
     assert evaluate(ex, None).status == MISSING
@@ -107,3 +107,59 @@ def test_4_4_missing_halo_is_wrong():
         return kernel
     v = evaluate("4.4", no_halo)
     assert v.status == FAIL and "halo" in v.message
+
+
+def test_4_5_unpadded_tile_has_bank_conflicts():
+    v = evaluate("4.5", lib.transpose_shared(32, 8, 0))
+    assert v.status == FAIL and "32-way shared-memory bank conflicts" in v.message
+
+
+def test_4_5_transpose_without_shared_memory_is_uncoalesced():
+    def direct(cuda):                  # right values, writes strided by a whole row
+        def kernel(a, out):
+            c = cuda.blockIdx.x * 32 + cuda.threadIdx.x
+            for k in range(0, 32, 8):
+                r = cuda.blockIdx.y * 32 + cuda.threadIdx.y + k
+                if r < a.shape[0] and c < a.shape[1]:
+                    out[c, r] = a[r, c]
+        return kernel
+    v = evaluate("4.5", direct)
+    assert v.status == FAIL and "sectors per warp request" in v.message
+
+
+def test_4_5_one_row_per_thread_leaves_the_tile_unfinished():
+    v = evaluate("4.5", lib.transpose_naive)      # covers 8 of each tile's 32 rows
+    assert v.status == FAIL and "loop k" in v.message
+
+
+def test_4_6_occupancy_prediction():
+    assert evaluate("4.6", get("4.6").reference).status == PASS
+    assert evaluate("4.6", None).status == MISSING
+
+    def no_granularity(threads, regs, smem):
+        warps = -(-threads // 32)
+        return min(64 // warps, 32, 65536 // (regs * threads),
+                   (164 * 1024) // (smem + 1024))
+    v = evaluate("4.6", no_granularity)
+    assert v.status == FAIL and "units of 256" in v.message
+
+    def no_reserve(threads, regs, smem):
+        warps = -(-threads // 32)
+        per_warp = -(-regs * 32 // 256) * 256
+        limits = [64 // warps, 32, (65536 // 4 // per_warp) * 4 // warps]
+        if smem:
+            limits.append((164 * 1024) // smem)
+        return min(limits)
+    v = evaluate("4.6", no_reserve)
+    assert v.status == FAIL and "reserves 1 KB" in v.message
+
+    def no_block_cap(threads, regs, smem):
+        warps = -(-threads // 32)
+        per_warp = -(-regs * 32 // 256) * 256
+        return min(64 // warps, (65536 // 4 // per_warp) * 4 // warps,
+                   (164 * 1024) // (-(-(smem + 1024) // 128) * 128))
+    v = evaluate("4.6", no_block_cap)
+    assert v.status == FAIL and "32 blocks" in v.message
+
+    v = evaluate("4.6", lambda t, r, s: 2048 // t)          # warps only
+    assert v.status == FAIL

@@ -11,7 +11,7 @@ import numpy as np
 from labkit.check.core import Wrong, exercise, expect_close
 from labkit.kernels import library as lib
 from labkit.kernels.analysis import BudgetExceeded, element_counts, enforce, summarize
-from labkit.kernels.ops import cdiv
+from labkit.validate import ceil_div as cdiv
 from labkit.kernels.tracer import OutOfBounds, WRITE, run_traced
 
 BLOCK = 32
@@ -120,3 +120,71 @@ def _(answer):
         if writes.max() > 1:
             raise Wrong("each out[i] should be written once (accumulate in a local "
                         "variable, then store).")
+
+
+# ---- 4.5 a padded shared-memory transpose ---------------------------------------------
+
+TILE = 32
+ROWS = 8
+
+
+@exercise("4.5", "a transpose through padded shared memory",
+          reference=lib.transpose_shared(TILE, ROWS, 1), binds="transpose_tile")
+def _(answer):
+    reference = lib.transpose_shared(TILE, ROWS, 1)
+    for seed, (rows, cols) in enumerate([(37, 45), (5, 40)]):
+        a = _rng(seed + 60).standard_normal((rows, cols)).astype(np.float32)
+        out = np.zeros((cols, rows), dtype=np.float32)
+        grid, block = (cdiv(cols, TILE), cdiv(rows, TILE)), (TILE, ROWS)
+        trace = _run(answer, grid, block, a, out)
+        expect_close(out, a.T, f"out for a of shape {a.shape}", rtol=0, atol=0,
+                     hint="each block handles a TILE x TILE tile with TILE x ROWS threads: "
+                     "loop k = 0, ROWS, 2 ROWS, ... over the tile's rows; out[c, r] = a[r, c]")
+        ref = summarize(run_traced(reference, grid, block, a, np.zeros_like(out)))
+        _budget(trace, "Read a row of the tile per warp (coalesced), wait at "
+                "cuda.syncthreads(), then write a row of the *output* per warp, reading the "
+                "tile by column; pad the tile to (TILE, TILE + 1) so that column read hits "
+                "32 different banks.", max_global_reads=a.size, max_global_writes=a.size,
+                max_sectors_per_request=ref.sectors_per_request,
+                max_conflict_ways=ref.max_conflict_ways)
+
+
+# ---- 4.6 predict occupancy ------------------------------------------------------------
+
+def blocks_per_sm_reference(threads_per_block: int, registers_per_thread: int,
+                            shared_bytes: int) -> int:
+    """Blocks of one kernel resident on an A100 SM (the four limits of section 6)."""
+    from labkit.kernels.occupancy import occupancy
+    return occupancy("A100", threads_per_block, registers_per_thread,
+                     shared_bytes).blocks_per_sm
+
+
+OCCUPANCY_CASES = ((256, 32, 0), (128, 37, 0), (320, 37, 0), (96, 40, 1000), (32, 16, 0),
+                   (256, 32, 48 * 1024), (512, 64, 0), (64, 33, 2048), (1024, 64, 0),
+                   (128, 24, 20 * 1024), (192, 72, 0))
+
+
+@exercise("4.6", "predict blocks per SM on an A100", reference=blocks_per_sm_reference,
+          binds="blocks_per_sm")
+def _(answer):
+    for threads, regs, smem in OCCUPANCY_CASES:
+        got = answer(threads, regs, smem)
+        want = blocks_per_sm_reference(threads, regs, smem)
+        if got == want:
+            continue
+        warps = cdiv(threads, 32)
+        per_warp = cdiv(regs * 32, 256) * 256
+        hints = []
+        if got == min(64 // warps, 32, 65536 // (regs * threads),
+                      (164 * 1024) // max(smem + 1024, 1)):
+            hints.append("registers are allocated per warp in units of 256 "
+                         f"({regs} x 32 = {regs * 32} rounds up to {per_warp})")
+        if smem and got == min(64 // warps, 32, (65536 // 4 // per_warp) * 4 // warps,
+                               (164 * 1024) // smem):
+            hints.append("the runtime reserves 1 KB of shared memory per block")
+        if got == min(64 // warps, (65536 // 4 // per_warp) * 4 // warps,
+                      (164 * 1024) // (cdiv(smem + 1024, 128) * 128)):
+            hints.append("an SM holds at most 32 blocks")
+        raise Wrong(f"blocks_per_sm({threads}, {regs}, {smem}) = {got}, expected {want}"
+                    + (": " + "; ".join(hints) if hints else ": take the minimum of the "
+                       "warp, block, register and shared-memory limits"))

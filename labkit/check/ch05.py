@@ -12,12 +12,13 @@ import numpy as np
 from labkit.check.ch04 import _budget, _rng, _run
 from labkit.check.core import Wrong, exercise, expect_close
 from labkit.kernels import library as lib
-from labkit.kernels.analysis import element_counts
+from labkit.kernels.analysis import element_counts, summarize
 from labkit.kernels.models import matmul_traffic
-from labkit.kernels.ops import cdiv
+from labkit.validate import ceil_div as cdiv
 
 BLOCK = 64
 TILE = 8
+LEVELS = int(math.log2(BLOCK))
 
 
 @exercise("5.1", "a shared-memory tree reduction", reference=lib.reduce_shared(BLOCK),
@@ -34,10 +35,25 @@ def _(answer):
         expect_close(out, want, f"partial sums for n={n}", rtol=1e-4, atol=1e-4,
                      hint="out[blockIdx.x] is the sum of that block's elements; threads "
                      "past the end contribute 0; call cuda.syncthreads() after each step")
-        _budget(trace, "Load each element once; halve the number of active threads each "
-                "step with `if t < s: buf[t] += buf[t + s]` so lanes read consecutive "
-                "words.", max_global_reads=n, max_global_writes=blocks, max_conflict_ways=1,
-                max_shared_reads=blocks * 2 * BLOCK)
+        summary = _budget(trace, "Load each element once; halve the number of active "
+                          "threads each step with `if t < s: buf[t] += buf[t + s]` so lanes "
+                          "read consecutive words.", max_global_reads=n,
+                          max_global_writes=blocks, max_conflict_ways=1,
+                          max_shared_reads=blocks * 2 * BLOCK)
+        levels = trace.syncs / (blocks * BLOCK) - 1      # barriers per thread after the load
+        if levels < LEVELS:
+            raise Wrong(f"right values, but each thread passed {max(levels, 0):.0f} tree "
+                        f"levels behind cuda.syncthreads() (a tree over {BLOCK} values has "
+                        f"log2({BLOCK}) = {LEVELS}): halve the active threads each step and "
+                        "synchronise after every step — one thread adding in a loop is a "
+                        "serial sum.")
+        ref = summarize(_run(lib.reduce_shared(BLOCK), blocks, BLOCK, a,
+                             np.zeros(blocks, dtype=np.float32)))
+        if summary.simt_efficiency < ref.simt_efficiency - 1e-9:
+            raise Wrong(f"right values, but SIMT efficiency is {summary.simt_efficiency:.0%} "
+                        f"(the sequential tree reaches {ref.simt_efficiency:.0%}): the active "
+                        "lanes are scattered over the warps (divergence). Keep them "
+                        "contiguous with `if t < s:` and s = BLOCK/2, BLOCK/4, ...")
 
 
 @exercise("5.2", "a shared-memory tiled matmul", reference=lib.matmul_tiled(TILE),
@@ -80,6 +96,10 @@ def _(answer):
         if worst > 2:
             raise Wrong(f"right values, but an element of x was read {worst} times (budget "
                         "2): compute the max and the sum in one pass.")
+        _budget(trace, "Every global read and write counts, out included: keep the running "
+                "max and sum in registers (one pass reading x), then one pass that reads x "
+                "and writes out once.", max_global_reads=2 * x.size,
+                max_global_writes=x.size)
 
 
 def tiled_intensity(n: int, tile: int) -> float:
@@ -103,5 +123,46 @@ def _(answer):
             raise Wrong(f"tiled_intensity({n}, {tile}) = {got:.4g} is the naive kernel's: "
                         "with tiles each element of a and b is read ceil(n / tile) times.")
         expect_close(got, want, f"tiled_intensity({n}, {tile})", rtol=1e-6,
-                     hint="FLOPs = 2 n^3; reads = 2 n^2 ceil(n / tile) elements; writes = "
-                     "n^2 elements; 4 bytes each")
+                     hint="count the FLOPs of the product, then the tiled kernel's global "
+                     "loads (how many times is each element of a and of b loaded, also when "
+                     "tile does not divide n?) and its stores, 4 bytes each")
+
+
+# ---- 5.5 a block scan --------------------------------------------------------------------
+
+@exercise("5.5", "an inclusive block scan (Hillis-Steele)", reference=lib.scan_block(BLOCK),
+          binds="scan_block")
+def _(answer):
+    for seed, n in enumerate((150, 64, 1)):
+        a = (_rng(seed + 70).standard_normal(n) + 0.25).astype(np.float32)
+        blocks = cdiv(n, BLOCK)
+        out = np.zeros_like(a)
+        sums = np.zeros(blocks, dtype=np.float32)
+        trace = _run(answer, blocks, BLOCK, a, out, sums)
+        padded = np.zeros(blocks * BLOCK, dtype=np.float32)
+        padded[:n] = a
+        want = np.cumsum(padded.reshape(blocks, BLOCK), axis=1)
+        if np.allclose(out, (want - padded.reshape(blocks, BLOCK)).reshape(-1)[:n],
+                                 atol=1e-4):
+            raise Wrong("out is the exclusive scan (out[i] leaves a[i] out): the inclusive "
+                        "scan adds a[i] too.")
+        expect_close(out, want.reshape(-1)[:n], f"out for n={n}", rtol=1e-4, atol=1e-4,
+                     hint="step d (1, 2, 4, ...) adds the value d places to the left when "
+                     "t >= d; read from one buffer and write the other, syncthreads, swap")
+        expect_close(sums, want[:, -1], f"sums for n={n}", rtol=1e-4, atol=1e-4,
+                     hint="the last thread of each block writes the block's total to "
+                     "sums[blockIdx.x]")
+        summary = _budget(trace, "Load each element once and write out once.",
+                          max_global_reads=n, max_global_writes=n + blocks)
+        levels = trace.syncs / (blocks * BLOCK) - 1
+        if levels < LEVELS:
+            raise Wrong(f"right values, but each thread passed {max(levels, 0):.0f} steps "
+                        f"behind cuda.syncthreads() (a scan of {BLOCK} values takes "
+                        f"log2({BLOCK}) = {LEVELS} steps): every thread adds in every step "
+                        "— one thread looping over the block is a serial scan.")
+        ref = summarize(_run(lib.scan_block(BLOCK), blocks, BLOCK, a, np.zeros_like(a),
+                             np.zeros(blocks, dtype=np.float32)))
+        if summary.simt_efficiency < ref.simt_efficiency - 1e-9:
+            raise Wrong(f"right values, but SIMT efficiency is {summary.simt_efficiency:.0%} "
+                        f"(the reference reaches {ref.simt_efficiency:.0%}): most lanes sit "
+                        "idle while a few work.")

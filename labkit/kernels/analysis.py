@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.kernels.tracer import (ATOMIC, GLOBAL, READ, SHARED, WARP_SIZE, WRITE, Trace)
+from labkit.validate import ceil_div
 
 SECTOR_BYTES = 32
 BANKS = 32
@@ -82,7 +83,7 @@ def warp_instructions(trace: Trace, space: int | None = None) -> WarpInstruction
         sectors = np.bincount(pairs[:, 0], minlength=n)
         distinct_bytes = np.unique(np.stack([inverse[g], byte[g]], axis=1), axis=0)
         nbytes = np.bincount(distinct_bytes[:, 0], minlength=n) * itemsize[arr[first]]
-        ideal = np.where(is_global, -(-nbytes // SECTOR_BYTES), 0)
+        ideal = np.where(is_global, ceil_div(nbytes, SECTOR_BYTES), 0)
     if np.any(space_col == SHARED):
         s = space_col == SHARED
         words = byte[s] // BANK_BYTES
@@ -160,7 +161,7 @@ def element_owner(trace: Trace, name: str, op: int = WRITE, by: str = "thread",
     if by == "thread":
         who = c["block"][mask] * tpb + c["thread"][mask]
     elif by == "warp":
-        wpb = -(-tpb // WARP_SIZE)
+        wpb = ceil_div(tpb, WARP_SIZE)
         who = c["block"][mask] * wpb + c["thread"][mask] // WARP_SIZE
     else:
         who = c["block"][mask]

@@ -23,7 +23,7 @@ def _compiled():
     import labkit  # noqa: F401  (simulator selection precedes the numba import)
     from numba import njit, prange
 
-    @njit(parallel=True, fastmath=True)
+    @njit(parallel=True, fastmath=True, cache=True)   # compiled once per machine
     def matmul_blocked(a, b, c, bs):
         m, kk = a.shape
         n = b.shape[1]
@@ -41,7 +41,7 @@ def _compiled():
                         for j in range(n):
                             c[i, j] += aik * b[k, j]
 
-    @njit(parallel=True, fastmath=True)
+    @njit(parallel=True, fastmath=True, cache=True)   # compiled once per machine
     def epilogue(x, residual, scale, shift, gain, out):
         for i in prange(x.size):
             out[i] = max(x[i] * scale + shift, np.float32(0.0)) * gain + residual[i]

@@ -12,8 +12,12 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+from labkit.hardware import MAX_THREADS_PER_BLOCK
 
-def _check_pow2(value: int, what: str, low: int = 1, high: int = 1024) -> None:
+
+def _check_pow2(value: int, what: str, low: int = 1, high: int = MAX_THREADS_PER_BLOCK) -> None:
+    from labkit.validate import power_of_two
+    power_of_two(what, value, low=low, high=high)
     if not (low <= value <= high and value & (value - 1) == 0):
         raise ValueError(f"{what} must be a power of two in [{low}, {high}], got {value}")
 
@@ -270,8 +274,9 @@ def reduce_shared(block: int = 64):
 def reduce_warp(block: int = 64):
     """Warp-level reduction with ``shfl_down_sync``, then one shared word per warp.
 
-    Needs warp shuffles: the tracer and a real GPU run it; Numba's simulator does not
-    implement shuffles.
+    Needs warp shuffles: the tracer and a real GPU run them; Numba's simulator has none,
+    and labkit's simulator proxy (:mod:`labkit.kernels.numba_run`) emulates them with block
+    barriers.
     """
     _check_pow2(block, "block", 32)
     n_warps = block // 32
@@ -355,7 +360,7 @@ def matmul_naive(cuda):
         i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         j = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
         if i < c.shape[0] and j < c.shape[1]:
-            acc = 0.0
+            acc = cuda.float32(0.0)   # float32 accumulate: an FP32 kernel
             for k in range(a.shape[1]):
                 acc += a[i, k] * b[k, j]
             c[i, j] = acc
@@ -368,7 +373,7 @@ def matmul_coalesced(cuda):
         j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         i = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
         if i < c.shape[0] and j < c.shape[1]:
-            acc = 0.0
+            acc = cuda.float32(0.0)
             for k in range(a.shape[1]):
                 acc += a[i, k] * b[k, j]
             c[i, j] = acc
@@ -380,7 +385,9 @@ def matmul_tiled(tile: int = 16):
     """Shared-memory tiled matmul (Kirk & Hwu, *Programming Massively Parallel Processors*,
     ch. 5): a block of tile x tile threads computes a tile x tile block of c, loading one
     tile of a and one of b per phase. Each element of a is read ceil(N / tile) times from
-    global memory instead of N times.
+    global memory instead of N times. The accumulator is ``cuda.float32(0.0)``: a bare
+    ``0.0`` is a float64 in numba and turns every product into an FP64 add (seen in the
+    PTX: ``cvt.f64.f32`` + ``add.f64`` per multiply-add).
     """
     _check_pow2(tile, "tile", 2, 32)
 
@@ -393,7 +400,7 @@ def matmul_tiled(tile: int = 16):
             j = cuda.blockIdx.x * tile + tx
             i = cuda.blockIdx.y * tile + ty
             n_k = a.shape[1]
-            acc = 0.0
+            acc = cuda.float32(0.0)
             for p in range((n_k + tile - 1) // tile):
                 ka = p * tile + tx
                 kb = p * tile + ty
@@ -420,9 +427,9 @@ def matmul_register_blocked(tile: int = 16, rows: int = 4):
     """
     _check_pow2(tile, "tile", 2, 64)
     _check_pow2(rows, "rows", 1, tile)
-    if tile * tile // rows > 1024:
+    if tile * tile // rows > MAX_THREADS_PER_BLOCK:
         raise ValueError(f"tile * tile / rows = {tile * tile // rows} threads per block; at "
-                         "most 1024 (raise rows)")
+                         f"most {MAX_THREADS_PER_BLOCK} (raise rows)")
     height = tile // rows
 
     def factory(cuda):
@@ -542,4 +549,222 @@ def softmax_rows_block(block: int = 32):
                 out[r, c] = math.exp(x[r, c] - m) / d
         return kernel
     factory.__name__ = factory.__qualname__ = f"softmax_rows_block_{block}"
+    return factory
+
+
+# ---- fast kernels (issue 15): bandwidth-bound reduction, 2-D register-blocked matmul ------
+
+@lru_cache(maxsize=None)
+def reduce_fast(block: int = 256, unroll: int = 4):
+    """A reduction built to run at memory bandwidth (Harris 2007's lessons plus warp
+    shuffles, which came later with Kepler: Luitjens, "Faster Parallel Reductions on
+    Kepler", NVIDIA blog 2014).
+
+    * grid-stride loop: a grid sized from the device (a few blocks per SM) walks the whole
+      array, each thread summing many elements in registers; ``unroll`` independent
+      accumulators keep that many loads in flight per thread;
+    * consecutive threads read consecutive elements (coalesced, each element read once);
+    * warp shuffles (``shfl_down_sync``) reduce 32 lanes without shared memory, then one
+      shared word per warp, then warp 0 reduces those;
+    * one ``atomic.add`` per block into ``out[0]`` (``out`` must start at 0).
+
+    Traffic (tested against traces): n global reads, one atomic per block, ``block / 32``
+    shared writes and reads per block, ``5 * (block + 32)`` shuffles per block.
+    """
+    _check_pow2(block, "block", 32)
+    _check_pow2(unroll, "unroll", 1, 16)
+    n_warps = block // 32
+
+    def factory(cuda):
+        def kernel(a, out):
+            sums = cuda.shared.array(n_warps, cuda.float32)
+            t = cuda.threadIdx.x
+            step = block * cuda.gridDim.x
+            i = cuda.blockIdx.x * block + t
+            n = a.size
+            acc = cuda.local.array(unroll, cuda.float32)
+            for u in range(unroll):
+                acc[u] = 0.0
+            while i + (unroll - 1) * step < n:       # unroll loads in flight per thread
+                for u in range(unroll):
+                    acc[u] += a[i + u * step]
+                i += unroll * step
+            while i < n:
+                acc[0] += a[i]
+                i += step
+            v = acc[0]
+            for u in range(1, unroll):
+                v += acc[u]
+            offset = 16
+            while offset > 0:
+                v += cuda.shfl_down_sync(0xFFFFFFFF, v, offset)
+                offset //= 2
+            if t % 32 == 0:
+                sums[t // 32] = v
+            cuda.syncthreads()
+            if t < 32:
+                w = sums[t] if t < n_warps else cuda.float32(0.0)
+                offset = 16
+                while offset > 0:
+                    w += cuda.shfl_down_sync(0xFFFFFFFF, w, offset)
+                    offset //= 2
+                if t == 0:
+                    cuda.atomic.add(out, 0, w)
+        return kernel
+    factory.__name__ = factory.__qualname__ = f"reduce_fast_{block}_{unroll}"
+    return factory
+
+
+def _conflict_free_pad(rows: int, cols: int, threads: int) -> int:
+    """Smallest padding p of a (cols, rows + p) shared tile such that storing a row-major
+    (rows, cols) global tile transposed into it is free of bank conflicts: thread e of a
+    warp stores element (e // cols, e % cols) at word (e % cols) * (rows + p) + e // cols."""
+    for pad in range(33):
+        ok = True
+        for w0 in range(0, min(threads, rows * cols), 32):
+            banks = {((e % cols) * (rows + pad) + e // cols) % 32
+                     for e in range(w0, min(w0 + 32, threads, rows * cols))}
+            if len(banks) < min(32, threads - w0, rows * cols - w0):
+                ok = False
+                break
+        if ok:
+            return pad
+    raise ValueError(f"no conflict-free padding for a {rows} x {cols} tile")
+
+
+@lru_cache(maxsize=None)
+def matmul_2d_blocked(bm: int = 64, bn: int = 64, bk: int = 8, tm: int = 4, tn: int = 4):
+    """FP32 matmul with 2-D register blocking (the CUTLASS / "How to optimize a CUDA
+    matmul" (S. Boehm, 2022, kernel 5) structure).
+
+    A block of (bn / tn) x (bm / tm) threads computes a bm x bn tile of c; each thread a
+    tm x tn micro-tile of c held in registers, at rows ``ty + r * (bm / tm)`` and columns
+    ``tx + q * (bn / tn)`` (strided, so a warp's shared reads hit distinct banks or one
+    broadcast word, and its c stores are contiguous). Per phase of ``bk`` the block loads
+    an a tile (bm x bk, stored transposed and padded so the stores are conflict-free) and a
+    b tile (bk x bn) with consecutive threads on consecutive addresses, then each thread
+    does ``bk * tm * tn`` FMAs from ``bk * (tm + tn)`` shared reads — the ratio that moves
+    the kernel from shared-memory-bound (tiled: 2 reads per FMA) towards compute-bound.
+
+    Traffic: a read m*k*ceil(n/bn) times in all, b k*n*ceil(m/bm), c written m*n times.
+    """
+    for name, v, lo, hi in (("bm", bm, 2, 256), ("bn", bn, 2, 256), ("bk", bk, 1, 64),
+                            ("tm", tm, 1, 16), ("tn", tn, 1, 16)):
+        _check_pow2(v, name, lo, hi)
+    if tm > bm or tn > bn:
+        raise ValueError(f"the micro-tile ({tm}, {tn}) must fit in the block tile ({bm}, {bn})")
+    threads = (bm // tm) * (bn // tn)
+    if not 32 <= threads <= MAX_THREADS_PER_BLOCK:
+        raise ValueError(f"(bm / tm) * (bn / tn) = {threads} threads per block; must be in "
+                         f"[32, {MAX_THREADS_PER_BLOCK}]")
+    if (bm * bk) % threads or (bk * bn) % threads:
+        raise ValueError(f"the a tile ({bm} x {bk}) and the b tile ({bk} x {bn}) must be "
+                         f"multiples of the {threads} threads that load them")
+    rs, cs = bm // tm, bn // tn          # row and column stride of a thread's micro-tile
+    pad = _conflict_free_pad(bm, bk, threads)
+    loads_a, loads_b = bm * bk // threads, bk * bn // threads
+    a_width, n_acc = bm + pad, tm * tn    # plain ints: numba needs constant array shapes
+
+    def factory(cuda):
+        def kernel(a, b, c):
+            sa = cuda.shared.array((bk, a_width), cuda.float32)     # a tile, transposed
+            sb = cuda.shared.array((bk, bn), cuda.float32)
+            acc = cuda.local.array(n_acc, cuda.float32)
+            ra = cuda.local.array(tm, cuda.float32)
+            rb = cuda.local.array(tn, cuda.float32)
+            tx = cuda.threadIdx.x
+            ty = cuda.threadIdx.y
+            t = ty * cs + tx
+            i0 = cuda.blockIdx.y * bm
+            j0 = cuda.blockIdx.x * bn
+            m = a.shape[0]
+            n_k = a.shape[1]
+            n = b.shape[1]
+            for e in range(n_acc):
+                acc[e] = 0.0
+            for p in range((n_k + bk - 1) // bk):
+                k0 = p * bk
+                for l in range(loads_a):
+                    e = t + l * threads
+                    ii = e // bk
+                    kk = e % bk
+                    if i0 + ii < m and k0 + kk < n_k:
+                        sa[kk, ii] = a[i0 + ii, k0 + kk]
+                    else:
+                        sa[kk, ii] = 0.0
+                for l in range(loads_b):
+                    e = t + l * threads
+                    kk = e // bn
+                    jj = e % bn
+                    if k0 + kk < n_k and j0 + jj < n:
+                        sb[kk, jj] = b[k0 + kk, j0 + jj]
+                    else:
+                        sb[kk, jj] = 0.0
+                cuda.syncthreads()
+                for kk in range(bk):
+                    for r in range(tm):
+                        ra[r] = sa[kk, ty + r * rs]
+                    for q in range(tn):
+                        rb[q] = sb[kk, tx + q * cs]
+                    for r in range(tm):
+                        for q in range(tn):
+                            acc[r * tn + q] += ra[r] * rb[q]
+                cuda.syncthreads()
+            for r in range(tm):
+                i = i0 + ty + r * rs
+                for q in range(tn):
+                    j = j0 + tx + q * cs
+                    if i < m and j < n:
+                        c[i, j] = acc[r * tn + q]
+        return kernel
+    factory.__name__ = factory.__qualname__ = f"matmul_2d_blocked_{bm}_{bn}_{bk}_{tm}_{tn}"
+    return factory
+
+
+# ---- transpose (chapter 04: shared memory, coalescing and padding) ---------------------
+
+def transpose_naive(cuda):
+    """out[c, r] = a[r, c]: reads coalesced (threadIdx.x walks c), writes strided by rows."""
+    def kernel(a, out):
+        c = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        r = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
+        if r < a.shape[0] and c < a.shape[1]:
+            out[c, r] = a[r, c]
+    return kernel
+
+
+@lru_cache(maxsize=None)
+def transpose_shared(tile: int = 32, rows: int = 8, pad: int = 1):
+    """Transpose through a shared tile (M. Harris, "An Efficient Matrix Transpose in CUDA
+    C/C++", NVIDIA developer blog, 2013): a block of (tile, rows) threads reads a tile x tile
+    tile of ``a`` row by row (coalesced; each thread tile / rows elements), then writes rows
+    of the *output* (coalesced), reading the shared tile by column. With ``pad=0`` the
+    column read of a ``[32][32]`` float array puts all 32 lanes in one bank (32-way
+    conflict); ``pad=1`` makes rows 33 words long, so lane k reads bank (33 k + c) mod 32 =
+    (k + c) mod 32: conflict-free.
+    """
+    _check_pow2(tile, "tile", 2, 32)
+    _check_pow2(rows, "rows", 1, tile)
+    if pad not in (0, 1):
+        raise ValueError(f"pad must be 0 or 1, got {pad}")
+    width = tile + pad
+
+    def factory(cuda):
+        def kernel(a, out):
+            buf = cuda.shared.array((tile, width), cuda.float32)
+            tx = cuda.threadIdx.x
+            ty = cuda.threadIdx.y
+            c = cuda.blockIdx.x * tile + tx
+            for k in range(0, tile, rows):
+                r = cuda.blockIdx.y * tile + ty + k
+                if r < a.shape[0] and c < a.shape[1]:
+                    buf[ty + k, tx] = a[r, c]
+            cuda.syncthreads()
+            oc = cuda.blockIdx.y * tile + tx           # output column = input row
+            for k in range(0, tile, rows):
+                orow = cuda.blockIdx.x * tile + ty + k   # output row = input column
+                if orow < out.shape[0] and oc < out.shape[1]:
+                    out[orow, oc] = buf[tx, ty + k]
+        return kernel
+    factory.__name__ = factory.__qualname__ = f"transpose_shared_{tile}_{rows}_{pad}"
     return factory

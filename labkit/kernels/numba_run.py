@@ -15,15 +15,22 @@ from typing import Any, Callable
 
 import numpy as np
 
+from labkit.hardware import MAX_THREADS_PER_BLOCK
+
 _COMPILED: dict[Callable, Any] = {}
 _LOCK = threading.Lock()
 
 
 def _dims(value: Any, what: str) -> tuple[int, ...]:
+    from labkit.validate import integer
+    if isinstance(value, (str, bytes)) or not (np.isscalar(value) or hasattr(value, "__len__")):
+        raise TypeError(f"{what} must be a positive int or a tuple of 1 to 3 positive ints, "
+                        f"got {value!r}")
     dims = (value,) if np.isscalar(value) else tuple(value)
-    if not 1 <= len(dims) <= 3 or any(int(d) != d or d < 1 for d in dims):
+    if not 1 <= len(dims) <= 3:
         raise ValueError(f"{what} must be a positive int or a tuple of 1 to 3 positive ints, "
                          f"got {value!r}")
+    dims = tuple(integer(what, d, low=1) for d in dims)
     return tuple(int(d) for d in dims)
 
 
@@ -36,6 +43,18 @@ class _SimulatorCuda:
     to ``numba.cuda`` outside a launch and for names the fake lacks (float32, int32...).
     """
 
+    def shfl_down_sync(self, mask: int, value: Any, delta: int) -> Any:
+        return _sim_shuffle(value, lambda lane: lane + delta)
+
+    def shfl_up_sync(self, mask: int, value: Any, delta: int) -> Any:
+        return _sim_shuffle(value, lambda lane: lane - delta)
+
+    def shfl_xor_sync(self, mask: int, value: Any, lane_mask: int) -> Any:
+        return _sim_shuffle(value, lambda lane: lane ^ lane_mask)
+
+    def shfl_sync(self, mask: int, value: Any, src_lane: int) -> Any:
+        return _sim_shuffle(value, lambda lane: src_lane)
+
     def __getattr__(self, name: str) -> Any:
         from numba import cuda
         from numba.cuda.simulator import kernel as sim_kernel
@@ -44,6 +63,28 @@ class _SimulatorCuda:
         if context is not None and hasattr(context, name):
             return getattr(context, name)
         return getattr(cuda, name)
+
+
+def _sim_shuffle(value: Any, source: Callable[[int], int]) -> Any:
+    """A warp shuffle on Numba's simulator, which has none: every thread posts its value,
+    waits at the block's barrier, reads its source lane, waits again.
+
+    The simulator's barrier is per block, so every thread of the block that is still
+    running must call the shuffle together (true of labkit's reductions: all threads
+    shuffle, or only warp 0 after the others have exited). The source lane's value is
+    read if it exists in the same warp, else the thread keeps its own (as on a GPU).
+    """
+    me = threading.current_thread()
+    manager = me._manager
+    posted = manager.__dict__.setdefault("_labkit_shuffle", {})
+    tid = me.thread_id
+    posted[tid] = value
+    me.syncthreads()
+    src = source(tid % 32)
+    other = tid - tid % 32 + src
+    out = posted.get(other, value) if 0 <= src < 32 else value
+    me.syncthreads()
+    return out
 
 
 def compiled(kernel_fn: Callable) -> Any:
@@ -69,9 +110,9 @@ def run_numba(kernel_fn: Callable, griddim: Any, blockdim: Any, *args: Any) -> N
     from numba import cuda
 
     grid, block = _dims(griddim, "griddim"), _dims(blockdim, "blockdim")
-    if int(np.prod(block)) > 1024:
+    if int(np.prod(block)) > MAX_THREADS_PER_BLOCK:
         raise ValueError(f"blockdim has {int(np.prod(block))} threads; a block holds at "
-                         "most 1024")
+                         f"most {MAX_THREADS_PER_BLOCK}")
     kernel = compiled(kernel_fn)
     device_args = []
     copies = []

@@ -11,8 +11,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from labkit.hardware import MAX_THREADS_PER_BLOCK
 from labkit.kernels import library as lib
-from labkit.kernels.tracer import Trace, run_traced
+from labkit.kernels.tracer import DEFAULT_BUDGET_S, Trace, run_traced
+from labkit.validate import ceil_div, integer, one_of, power_of_two
 
 RUNNERS = ("trace", "numba")
 
@@ -31,30 +33,46 @@ class Launch:
         return self.traces[0]
 
 
-def cdiv(a: int, b: int) -> int:
-    """ceil(a / b) for positive ints: the number of blocks that cover a elements."""
-    return -(-a // b)
+cdiv = ceil_div   # ⌈a / b⌉: the blocks that cover a elements (labkit.validate.ceil_div)
+
+
+def _block(value: Any, name: str = "block") -> int:
+    """A 1-D block size: an int in [1, MAX_THREADS_PER_BLOCK]."""
+    return integer(name, value, low=1, high=MAX_THREADS_PER_BLOCK)
+
+
+def _block2(value: Any, name: str = "block") -> tuple[int, int]:
+    """A 2-D block (x, y) of at most MAX_THREADS_PER_BLOCK threads."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        raise TypeError(f"{name} must be a pair (x, y) of ints, got {value!r}")
+    if len(value) != 2:
+        raise ValueError(f"{name} must be a pair (x, y) of ints, got {value!r}")
+    x = integer(f"{name}[0]", value[0], low=1, high=MAX_THREADS_PER_BLOCK)
+    y = integer(f"{name}[1]", value[1], low=1, high=MAX_THREADS_PER_BLOCK)
+    if x * y > MAX_THREADS_PER_BLOCK:
+        raise ValueError(f"{name}={value!r} has {x * y} threads; a block holds at most "
+                         f"{MAX_THREADS_PER_BLOCK}")
+    return x, y
 
 
 def launch(kernel_fn: Callable, griddim: Any, blockdim: Any, *args: Any,
-           runner: str = "trace") -> Trace | None:
-    """Run one kernel with the chosen runner; return its trace (tracer) or None (numba)."""
+           runner: str = "trace", budget_s: float | None = DEFAULT_BUDGET_S) -> Trace | None:
+    """Run one kernel with the chosen runner; return its trace (tracer) or None (numba).
+
+    ``budget_s``: the tracer refuses launches it estimates above this many seconds
+    (None: no limit); numba ignores it.
+    """
+    one_of("runner", runner, RUNNERS)
     if runner == "trace":
-        return run_traced(kernel_fn, griddim, blockdim, *args)
-    if runner == "numba":
-        from labkit.kernels.numba_run import run_numba
-        run_numba(kernel_fn, griddim, blockdim, *args)
-        return None
-    raise ValueError(f"runner must be one of {RUNNERS}, got {runner!r}")
+        return run_traced(kernel_fn, griddim, blockdim, *args, budget_s=budget_s)
+    from labkit.kernels.numba_run import run_numba
+    run_numba(kernel_fn, griddim, blockdim, *args)
+    return None
 
 
 def _f32(x: Any, what: str, ndim: int | None = None) -> np.ndarray:
-    arr = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
-    if ndim is not None and arr.ndim != ndim:
-        raise ValueError(f"{what} must be {ndim}-D, got shape {arr.shape}")
-    if arr.size == 0:
-        raise ValueError(f"{what} must not be empty")
-    return arr
+    from labkit.validate import array
+    return np.ascontiguousarray(array(what, x, ndim=ndim, dtype=np.float32))
 
 
 def _result(value: np.ndarray, *traces: Trace | None) -> Launch:
@@ -62,20 +80,25 @@ def _result(value: np.ndarray, *traces: Trace | None) -> Launch:
 
 
 def elementwise(kernel_fn: Callable, *inputs: Any, runner: str = "trace",
-                block: int = 32) -> Launch:
+                block: int = 32, budget_s: float | None = DEFAULT_BUDGET_S) -> Launch:
     """Launch a 1-D elementwise kernel ``kernel(*inputs, out)`` over out.size threads."""
+    block = _block(block)
+    if not inputs:
+        raise ValueError("elementwise needs at least one input array")
     arrays = [_f32(x, f"input {k}", 1) for k, x in enumerate(inputs)]
     out = np.zeros_like(arrays[0])
-    trace = launch(kernel_fn, cdiv(out.size, block), block, *arrays, out, runner=runner)
+    trace = launch(kernel_fn, cdiv(out.size, block), block, *arrays, out, runner=runner,
+                   budget_s=budget_s)
     return _result(out, trace)
 
 
-def add(a: Any, b: Any, *, runner: str = "trace", block: int = 32) -> Launch:
+def add(a: Any, b: Any, *, runner: str = "trace", block: int = 32,
+        budget_s: float | None = DEFAULT_BUDGET_S) -> Launch:
     """a + b with :func:`labkit.kernels.library.vector_add`."""
     a, b = _f32(a, "a", 1), _f32(b, "b", 1)
     if a.shape != b.shape:
         raise ValueError(f"a and b must have the same shape, got {a.shape} and {b.shape}")
-    return elementwise(lib.vector_add, a, b, runner=runner, block=block)
+    return elementwise(lib.vector_add, a, b, runner=runner, block=block, budget_s=budget_s)
 
 
 def add_matrices(a: Any, b: Any, *, transposed: bool = False, runner: str = "trace",
@@ -84,6 +107,7 @@ def add_matrices(a: Any, b: Any, *, transposed: bool = False, runner: str = "tra
     a, b = _f32(a, "a", 2), _f32(b, "b", 2)
     if a.shape != b.shape:
         raise ValueError(f"a and b must have the same shape, got {a.shape} and {b.shape}")
+    block = _block2(block)
     out = np.zeros_like(a)
     rows, cols = a.shape
     if transposed:
@@ -99,6 +123,7 @@ def broadcast(col: Any, row: Any, *, runner: str = "trace",
               block: tuple[int, int] = (16, 8)) -> Launch:
     """col[:, None] + row[None, :] with :func:`labkit.kernels.library.broadcast_add`."""
     col, row = _f32(col, "col", 1), _f32(row, "row", 1)
+    block = _block2(block)
     out = np.zeros((col.size, row.size), dtype=np.float32)
     grid = (cdiv(row.size, block[0]), cdiv(col.size, block[1]))
     return _result(out, launch(lib.broadcast_add, grid, block, col, row, out, runner=runner))
@@ -109,6 +134,9 @@ def conv1d(a: Any, w: Any, *, shared: bool = True, runner: str = "trace",
     """'same' 1-D correlation out[i] = sum_k w[k] a[i + k - r] (numpy: np.convolve(a, w[::-1],
     'same') for odd len(w) = 2r + 1), zero padded."""
     a, w = _f32(a, "a", 1), _f32(w, "w", 1)
+    block = power_of_two("block", block, low=8, high=MAX_THREADS_PER_BLOCK)
+    if w.size > block + 1:
+        raise ValueError(f"w has {w.size} taps; at most block + 1 = {block + 1}")
     if w.size % 2 == 0:
         raise ValueError(f"w must have odd length 2r+1, got {w.size}")
     out = np.zeros_like(a)
@@ -116,25 +144,40 @@ def conv1d(a: Any, w: Any, *, shared: bool = True, runner: str = "trace",
     return _result(out, launch(fn, cdiv(a.size, block), block, a, w, out, runner=runner))
 
 
-REDUCTIONS = ("atomic", "interleaved", "strided", "shared", "warp")
+REDUCTIONS = ("atomic", "interleaved", "strided", "shared", "warp", "fast")
 
 
 def reduce_sum(a: Any, *, variant: str = "shared", runner: str = "trace",
-               block: int = 64) -> Launch:
+               block: int = 64, blocks: int | None = None,
+               budget_s: float | None = DEFAULT_BUDGET_S) -> Launch:
     """sum(a) on the device. Tree variants write one partial per block and are relaunched
-    on the partials until one value is left; ``traces[0]`` is the first pass."""
+    on the partials until one value is left; ``traces[0]`` is the first pass.
+
+    ``variant="fast"`` (:func:`~labkit.kernels.library.reduce_fast`) is one launch of
+    ``blocks`` blocks (default: :func:`fast_reduction_blocks`) with a grid-stride loop and
+    one atomic per block.
+    """
     a = _f32(a, "a", 1)
-    if variant not in REDUCTIONS:
-        raise ValueError(f"variant must be one of {REDUCTIONS}, got {variant!r}")
+    one_of("variant", variant, REDUCTIONS)
+    one_of("runner", runner, RUNNERS)
+    low = 32 if variant in ("warp", "fast") else 1
+    block = integer("block", block, low=low, high=MAX_THREADS_PER_BLOCK)
+    if variant != "atomic":
+        block = power_of_two("block", block, low=low if variant in ("warp", "fast") else 2,
+                             high=MAX_THREADS_PER_BLOCK)
     if variant == "atomic":
         out = np.zeros(1, dtype=np.float32)
         return _result(out, launch(lib.reduce_atomic, cdiv(a.size, block), block, a, out,
-                                   runner=runner))
-    if variant == "warp" and runner == "numba":
-        from labkit._device import on_simulator
-        if on_simulator():
-            raise ValueError("variant='warp' needs warp shuffles, which Numba's CUDA "
-                             "simulator lacks: use runner='trace' or a real GPU")
+                                   runner=runner, budget_s=budget_s))
+    if variant == "fast":
+        blocks = (fast_reduction_blocks(a.size, block, runner) if blocks is None
+                  else integer("blocks", blocks, low=1))
+        out = np.zeros(1, dtype=np.float32)
+        return _result(out, launch(lib.reduce_fast(block), blocks, block, a, out,
+                                   runner=runner, budget_s=budget_s))
+    if blocks is not None:
+        raise ValueError(f"blocks is only for variant='fast' (the tree variants launch one "
+                         f"block per {block} elements), got blocks={blocks!r}")
     factory = {"interleaved": lib.reduce_interleaved, "strided": lib.reduce_strided,
                "shared": lib.reduce_shared,
                "warp": lib.reduce_warp}[variant]
@@ -143,15 +186,33 @@ def reduce_sum(a: Any, *, variant: str = "shared", runner: str = "trace",
     while True:
         partial = np.zeros(cdiv(current.size, block), dtype=np.float32)
         traces.append(launch(factory(block), partial.size, block, current, partial,
-                             runner=runner))
+                             runner=runner, budget_s=budget_s))
         if partial.size == 1:
             return _result(partial, *traces)
         current = partial
 
 
+def fast_reduction_blocks(n: int, block: int = 256, runner: str = "trace",
+                          per_sm: int = 4, per_thread: int = 8) -> int:
+    """Blocks for :func:`~labkit.kernels.library.reduce_fast`: ``per_sm`` blocks on each SM
+    of the current GPU (``runner="numba"`` on a real GPU), never more than it takes to give
+    every thread ``per_thread`` elements; under the tracer and the simulator only the
+    second rule applies (they have no SMs to fill)."""
+    n, block = integer("n", n, low=1), _block(block)
+    enough = max(1, ceil_div(n, block * integer("per_thread", per_thread, low=1)))
+    if runner == "numba":
+        from labkit._device import on_simulator
+        if not on_simulator():
+            from numba import cuda
+            sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
+            return min(enough, sms * integer("per_sm", per_sm, low=1))
+    return enough
+
+
 def prefix_sum(a: Any, *, runner: str = "trace", block: int = 64) -> Launch:
     """Inclusive scan: block scans, a scan of the block totals, then add the offsets."""
     a = _f32(a, "a", 1)
+    block = power_of_two("block", block, low=2, high=MAX_THREADS_PER_BLOCK)
     out = np.zeros_like(a)
     sums = np.zeros(cdiv(a.size, block), dtype=np.float32)
     traces = [launch(lib.scan_block(block), sums.size, block, a, out, sums, runner=runner)]
@@ -163,29 +224,75 @@ def prefix_sum(a: Any, *, runner: str = "trace", block: int = 64) -> Launch:
     return _result(out, *traces)
 
 
-MATMULS = ("naive", "coalesced", "tiled", "register")
+MATMULS = ("naive", "coalesced", "tiled", "register", "register2d")
+BLOCKED_2D = dict(bm=64, bn=64, bk=8, tm=4, tn=4)   # tile shapes of 'register2d' by default
+
+
+def matmul_launch(variant: str, m: int, n: int, tile: int = 8, rows: int = 2,
+                  blocked: dict | None = None):
+    """(grid, block, kernel) of ``variant`` for an (m, k) @ (k, n) product, validated."""
+    one_of("variant", variant, MATMULS)
+    rows = power_of_two("rows", rows, low=1, high=64)
+    if variant == "register2d":
+        p = dict(BLOCKED_2D, **(blocked or {}))
+        fn = lib.matmul_2d_blocked(p["bm"], p["bn"], p["bk"], p["tm"], p["tn"])
+        return ((cdiv(n, p["bn"]), cdiv(m, p["bm"])), (p["bn"] // p["tn"], p["bm"] // p["tm"]),
+                fn)
+    if blocked is not None:
+        raise ValueError("blocked is only for variant='register2d'")
+    if variant == "register":
+        tile = power_of_two("tile", tile, low=2, high=64)
+        rows = power_of_two("rows", rows, low=1, high=tile)
+        if tile * tile // rows > MAX_THREADS_PER_BLOCK:
+            raise ValueError(f"tile={tile}, rows={rows} needs tile * tile / rows = "
+                             f"{tile * tile // rows} threads per block; at most "
+                             f"{MAX_THREADS_PER_BLOCK}: raise rows or lower tile")
+        return ((cdiv(n, tile), cdiv(m, tile)), (tile, tile // rows),
+                lib.matmul_register_blocked(tile, rows))
+    high = int(MAX_THREADS_PER_BLOCK ** 0.5)
+    tile = power_of_two("tile", tile, low=2 if variant == "tiled" else 1, high=high)
+    if variant == "naive":
+        return (cdiv(m, tile), cdiv(n, tile)), (tile, tile), lib.matmul_naive
+    if variant == "coalesced":
+        return (cdiv(n, tile), cdiv(m, tile)), (tile, tile), lib.matmul_coalesced
+    return (cdiv(n, tile), cdiv(m, tile)), (tile, tile), lib.matmul_tiled(tile)
 
 
 def matmul(a: Any, b: Any, *, variant: str = "tiled", runner: str = "trace",
-           tile: int = 8, rows: int = 2) -> Launch:
-    """a @ b with one of the matmul kernels (tile x tile blocks; ``rows`` for 'register')."""
+           tile: int = 8, rows: int = 2, blocked: dict | None = None,
+           budget_s: float | None = DEFAULT_BUDGET_S) -> Launch:
+    """a @ b with one of the matmul kernels.
+
+    naive / coalesced / tiled: tile x tile blocks (tile a power of two <= 32); register:
+    (tile, tile / rows) blocks, each thread ``rows`` outputs; register2d: 2-D register
+    blocking with the tile shapes ``blocked`` (keys bm, bn, bk, tm, tn; defaults
+    :data:`BLOCKED_2D`).
+    """
     a, b = _f32(a, "a", 2), _f32(b, "b", 2)
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"inner sizes differ: a is {a.shape}, b is {b.shape}")
-    if variant not in MATMULS:
-        raise ValueError(f"variant must be one of {MATMULS}, got {variant!r}")
+    one_of("runner", runner, RUNNERS)
     m, n = a.shape[0], b.shape[1]
+    grid, blockdim, fn = matmul_launch(variant, m, n, tile, rows, blocked)
     c = np.zeros((m, n), dtype=np.float32)
+    return _result(c, launch(fn, grid, blockdim, a, b, c, runner=runner, budget_s=budget_s))
+
+
+def transpose(a: Any, *, variant: str = "padded", runner: str = "trace",
+              budget_s: float | None = DEFAULT_BUDGET_S) -> Launch:
+    """a.T with :func:`~labkit.kernels.library.transpose_naive` ('naive', blocks (32, 8))
+    or :func:`~labkit.kernels.library.transpose_shared` ('shared': [32][32] tile;
+    'padded': [32][33])."""
+    a = _f32(a, "a", 2)
+    one_of("variant", variant, ("naive", "shared", "padded"))
+    out = np.zeros((a.shape[1], a.shape[0]), dtype=np.float32)
     if variant == "naive":
-        grid, blockdim, fn = (cdiv(m, tile), cdiv(n, tile)), (tile, tile), lib.matmul_naive
-    elif variant == "coalesced":
-        grid, blockdim, fn = (cdiv(n, tile), cdiv(m, tile)), (tile, tile), lib.matmul_coalesced
-    elif variant == "tiled":
-        grid, blockdim, fn = (cdiv(n, tile), cdiv(m, tile)), (tile, tile), lib.matmul_tiled(tile)
-    else:
-        grid = (cdiv(n, tile), cdiv(m, tile))
-        blockdim, fn = (tile, tile // rows), lib.matmul_register_blocked(tile, rows)
-    return _result(c, launch(fn, grid, blockdim, a, b, c, runner=runner))
+        grid = (cdiv(a.shape[1], 32), cdiv(a.shape[0], 8))
+        return _result(out, launch(lib.transpose_naive, grid, (32, 8), a, out,
+                                   runner=runner, budget_s=budget_s))
+    grid = (cdiv(a.shape[1], 32), cdiv(a.shape[0], 32))
+    fn = lib.transpose_shared(32, 8, 1 if variant == "padded" else 0)
+    return _result(out, launch(fn, grid, (32, 8), a, out, runner=runner, budget_s=budget_s))
 
 
 SOFTMAXES = ("naive", "online", "block")
@@ -195,8 +302,9 @@ def softmax(x: Any, *, variant: str = "online", runner: str = "trace",
             block: int = 32) -> Launch:
     """Softmax of each row of x."""
     x = _f32(x, "x", 2)
-    if variant not in SOFTMAXES:
-        raise ValueError(f"variant must be one of {SOFTMAXES}, got {variant!r}")
+    one_of("variant", variant, SOFTMAXES)
+    block = (power_of_two("block", block, low=2, high=MAX_THREADS_PER_BLOCK)
+             if variant == "block" else _block(block))
     out = np.zeros_like(x)
     if variant == "block":
         return _result(out, launch(lib.softmax_rows_block(block), x.shape[0], block, x, out,

@@ -8,6 +8,7 @@ import numpy as np
 from labkit.kernels.analysis import (BANK_BYTES, BANKS, SECTOR_BYTES, element_counts,
                                      element_owner, warp_instructions)
 from labkit.kernels.tracer import GLOBAL, OP_NAMES, READ, SHARED, WARP_SIZE, WRITE, Trace
+from labkit.validate import ceil_div
 
 
 def _plt():
@@ -19,7 +20,7 @@ def _as_2d(a: np.ndarray, width: int = 32) -> np.ndarray:
     if a.ndim == 2:
         return a
     flat = a.reshape(-1)
-    rows = -(-flat.size // width)
+    rows = ceil_div(flat.size, width)
     padded = np.full(rows * width, -1 if flat.dtype.kind == "i" else np.nan, dtype=float)
     padded[:flat.size] = flat
     padded[flat.size:] = np.nan
@@ -172,11 +173,15 @@ def plot_occupancy(occ, sweep: Sequence | None = None):
 
 
 def plot_roofline(hardware: Sequence, points: Sequence = (), precision: str = "fp32"):
-    """Log-log roofline of each hardware with kernels (KernelCost) placed on the first."""
+    """Log-log roofline of each hardware at one ``precision`` (machines without it are left
+    out) with kernels (KernelCost) placed on the first."""
     from labkit.kernels.roofline import attainable
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     xs = np.logspace(-2, 4, 200)
+    hardware = [hw for hw in hardware if hw.has(precision)]
+    if not hardware:
+        raise ValueError(f"no machine here has a {precision} rate")
     for hw in hardware:
         ax.loglog(xs, attainable(hw, xs, precision) / 1e12,
                   label=f"{hw.name} (ridge {hw.ridge(precision):.3g} FLOP/B)")
@@ -187,7 +192,7 @@ def plot_roofline(hardware: Sequence, points: Sequence = (), precision: str = "f
                     textcoords="offset points", xytext=(5, -18))
     ax.set_xlabel("arithmetic intensity (FLOP / byte of global memory)")
     ax.set_ylabel("attainable TFLOP/s")
-    ax.set_title(f"roofline ({precision})")
+    ax.set_title(f"roofline, every machine at {precision}")
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(True, which="both", alpha=0.2)
     fig.tight_layout()
@@ -241,5 +246,36 @@ def plot_element_reads(traces: dict, name: str):
         im = ax.imshow(c, cmap="viridis", vmin=0, vmax=top)
         ax.set_title(f"{kernel}: global reads of each {name}[i, k]", fontsize=10)
         fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    return fig
+
+
+def plot_ladder(predictions: Sequence, measured: dict | None = None):
+    """Bars of predicted TFLOP/s per matmul kernel (``LadderPrediction``s of one GPU), each
+    labelled with the resource that limits it; ``measured`` (variant -> TFLOP/s) adds
+    measured bars beside them."""
+    if not predictions:
+        raise ValueError("plot_ladder needs at least one prediction")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    x = np.arange(len(predictions))
+    width = 0.4 if measured else 0.6
+    ys = [p.tflops for p in predictions]
+    bars = ax.bar(x - (width / 2 if measured else 0), ys, width, label="model prediction",
+                  color="#7aa6c2")
+    for bar, p in zip(bars, predictions):
+        ax.annotate(p.limiter, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize=7)
+    if measured:
+        ax.bar(x + width / 2, [measured.get(p.variant, 0.0) for p in predictions], width,
+               label="measured (CUDA events)", color="#d08c60")
+    from labkit.hardware import gpu
+    peak = gpu(predictions[0].gpu).peak("fp32") / 1e12
+    ax.axhline(peak, color="k", lw=0.8, ls="--", label=f"FP32 peak {peak:g} TFLOP/s")
+    ax.set_xticks(x, [p.variant for p in predictions])
+    ax.set_ylabel("TFLOP/s (FP32)")
+    ax.set_title(f"matmul ladder on {predictions[0].gpu}: PREDICTED by the model"
+                 + (" vs measured" if measured else ""))
+    ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     return fig

@@ -2,14 +2,11 @@
 
 Attainable FLOP/s = min(peak FLOP/s, arithmetic intensity x memory bandwidth). A kernel
 whose intensity (FLOP per byte moved) is left of the ridge point peak / bandwidth is
-memory-bound. Presets are NVIDIA data-sheet numbers (dense, no sparsity):
-
-* A100 SXM4 80GB — NVIDIA A100 Tensor Core GPU data sheet (2021): FP32 19.5 TFLOPS,
-  FP16/BF16 Tensor Core 312 TFLOPS, HBM2e 2,039 GB/s.
-* H100 SXM5 — NVIDIA H100 Tensor Core GPU data sheet (2023): FP32 67 TFLOPS, FP16/BF16
-  Tensor Core 989.5 TFLOPS (the sheet's 1,979 is with 2:4 sparsity), HBM3 3.35 TB/s.
-* H200 SXM — NVIDIA H200 Tensor Core GPU data sheet (2024): FP32 67 TFLOPS, FP16/BF16
-  Tensor Core 989.5 TFLOPS dense (1,979 with sparsity), HBM3e 4.8 TB/s.
+memory-bound. The presets are :mod:`labkit.hardware`'s data sheets (dense rates, no
+sparsity); a comparison uses one precision for every machine and says which: FP32 on the
+CUDA cores (what labkit's kernels use), TF32 or BF16 on the Tensor Cores. A machine that
+lacks a precision (this computer has only a measured FP32 rate) is left out of that
+comparison rather than drawn at another precision.
 
 ``measure_machine()`` adds this computer: numpy float32 matmul FLOP/s and a STREAM-like
 bandwidth (McCalpin, "STREAM" benchmark: a = b + c counts 3 x 8 bytes per element).
@@ -17,48 +14,59 @@ bandwidth (McCalpin, "STREAM" benchmark: a = b + c counts 3 x 8 bytes per elemen
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
+from labkit import hardware as _hw
+
 
 @dataclass(frozen=True)
 class Hardware:
+    """One machine's roofs: dense FLOP/s per precision and main-memory bandwidth."""
     name: str
-    peak_fp32: float          # FLOP/s, CUDA cores (or CPU cores)
-    peak_tensor_16: float     # FLOP/s, FP16/BF16 tensor cores, dense (0: none)
-    bandwidth: float          # bytes/s of main (HBM or DRAM) memory
-    source: str
+    flops: dict = field(default_factory=dict)   # precision -> FLOP/s
+    bandwidth: float = 0.0                       # bytes/s of main (HBM or DRAM) memory
+    source: str = ""
+
+    @property
+    def peak_fp32(self) -> float:
+        return self.flops["fp32"]
+
+    def has(self, precision: str) -> bool:
+        return precision in self.flops
 
     def peak(self, precision: str = "fp32") -> float:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-        if precision == "fp32" or self.peak_tensor_16 == 0:
-            return self.peak_fp32
-        return self.peak_tensor_16
+        if precision not in self.flops:
+            raise ValueError(f"{self.name} has no {precision} rate (it has "
+                             f"{', '.join(self.flops)}): compare at one of those")
+        return self.flops[precision]
 
     def ridge(self, precision: str = "fp32") -> float:
         """Intensity (FLOP/byte) where the memory roof meets the compute roof."""
         return self.peak(precision) / self.bandwidth
 
 
-PRECISIONS = ("fp32", "fp16 tensor core")
-T = 1e12
-PRESETS = {
-    "A100": Hardware("A100 SXM4 80GB", 19.5 * T, 312 * T, 2.039e12,
-                     "NVIDIA A100 Tensor Core GPU data sheet (2021)"),
-    "H100": Hardware("H100 SXM5", 67 * T, 989.5 * T, 3.35e12,
-                     "NVIDIA H100 Tensor Core GPU data sheet (2023)"),
-    "H200": Hardware("H200 SXM", 67 * T, 989.5 * T, 4.8e12,
-                     "NVIDIA H200 Tensor Core GPU data sheet (2024)"),
-}
+PRECISIONS = ("fp32", "tf32", "bf16")
+"""fp32: CUDA cores; tf32 and bf16: Tensor Cores (dense)."""
+
+
+def _preset(key: str) -> Hardware:
+    g = _hw.gpu(key)
+    return Hardware(g.name, {p: g.flops[p] for p in PRECISIONS if p in g.flops},
+                    g.hbm_bandwidth, g.source)
+
+
+PRESETS = {key: _preset(key) for key in ("A100", "H100", "H200")}
 
 
 def attainable(hw: Hardware, intensity: float | np.ndarray, precision: str = "fp32"):
     """min(peak, intensity x bandwidth) in FLOP/s."""
     i = np.asarray(intensity, dtype=float)
-    if np.any(i <= 0):
+    if not np.all(np.isfinite(i)) or np.any(i <= 0):
         raise ValueError(f"intensity must be > 0 FLOP/byte, got {intensity}")
     out = np.minimum(hw.peak(precision), i * hw.bandwidth)
     return float(out) if out.ndim == 0 else out
@@ -104,7 +112,7 @@ def measure_bandwidth(mbytes: int = 32, repeats: int = 5) -> float:
 @lru_cache(maxsize=1)
 def measure_machine() -> Hardware:
     """This computer as a roofline: measured matmul FLOP/s and STREAM-like bandwidth."""
-    return Hardware("this machine (measured)", measure_matmul_flops(), 0.0,
+    return Hardware("this machine (measured)", {"fp32": measure_matmul_flops()},
                     measure_bandwidth(), "measured here: numpy matmul, STREAM-like add")
 
 

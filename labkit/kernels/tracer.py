@@ -13,7 +13,17 @@ groups by it to count 32-byte sectors (coalescing), bank conflicts and active ma
 Blocks run one after another. Inside a block, a kernel that never synchronizes runs its
 threads one after another; one that calls ``syncthreads`` or a warp primitive runs each
 thread in its own OS thread, all in lockstep between barriers (a thread that has exited no
-longer counts at a barrier, as on Volta and later). Out-of-bounds indices raise
+longer counts at a barrier, as on Volta and later). Whether a kernel synchronizes is
+guessed from the names its code uses; a barrier reached anyway (through a helper function
+or closure) is detected when it is called: the launch is restarted from the original
+arguments in lockstep, so a wrapped kernel is never run thread after thread.
+
+The work is estimated before the bulk of it runs: the first block is timed and the
+estimate is that time x the number of blocks (blocks do about the same work). A launch
+estimated above ``budget_s`` seconds (default 10) raises a ValueError naming the size, the
+estimate and what to use instead (``runner="numba"``, a smaller size), unless
+``budget_s=None``; its inputs may then hold the first block's writes. Launches estimated
+above a few seconds show a tqdm progress bar over blocks. Out-of-bounds indices raise
 :class:`OutOfBounds` naming the thread, where a GPU would read garbage.
 """
 from __future__ import annotations
@@ -23,12 +33,17 @@ import inspect
 import math
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
-WARP_SIZE = 32
+from labkit.hardware import MAX_THREADS_PER_BLOCK, WARP_SIZE
+from labkit.validate import ceil_div, positive
+
+DEFAULT_BUDGET_S = 10.0   # a traced launch estimated above this raises (budget_s=None: off)
+PROGRESS_AFTER_S = 3.0    # launches estimated above this show a progress bar
 GLOBAL, SHARED = 0, 1
 READ, WRITE, ATOMIC = 0, 1, 2
 SPACE_NAMES = {GLOBAL: "global", SHARED: "shared"}
@@ -173,6 +188,10 @@ class _Barrier:
 
 class _Aborted(Exception):
     """Another thread of the block failed; this one stops."""
+
+
+class _NeedsLockstep(Exception):
+    """A barrier was reached while threads run one after another: rerun in lockstep."""
 
 
 class TracedArray:
@@ -362,21 +381,28 @@ def _assigned_name(frame) -> str | None:
 
 
 def _as_dim3(value: Any, what: str) -> tuple[int, int, int]:
+    from labkit.validate import integer
+    if isinstance(value, (str, bytes)) or not (np.isscalar(value) or hasattr(value, "__len__")):
+        raise TypeError(f"{what} must be a positive int or a tuple of 1 to 3 positive ints, "
+                        f"got {value!r}")
     dims = (value,) if np.isscalar(value) else tuple(value)
-    if not 1 <= len(dims) <= 3 or any(int(d) != d or d < 1 for d in dims):
+    if not 1 <= len(dims) <= 3:
         raise ValueError(f"{what} must be a positive int or a tuple of 1 to 3 positive ints, "
                          f"got {value!r}")
+    dims = tuple(integer(what, d, low=1) for d in dims)
     dims = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
     return dims  # type: ignore[return-value]
 
 
 class _Executor:
-    def __init__(self, kernel_fn: Callable, griddim: Any, blockdim: Any, args: tuple):
+    def __init__(self, kernel_fn: Callable, griddim: Any, blockdim: Any, args: tuple,
+                 budget_s: float | None = DEFAULT_BUDGET_S):
+        self.budget_s = None if budget_s is None else positive("budget_s", budget_s)
         self.grid = _as_dim3(griddim, "griddim")
         self.block = _as_dim3(blockdim, "blockdim")
-        if math.prod(self.block) > 1024:
+        if math.prod(self.block) > MAX_THREADS_PER_BLOCK:
             raise ValueError(f"blockdim has {math.prod(self.block)} threads; a block holds "
-                             "at most 1024")
+                             f"at most {MAX_THREADS_PER_BLOCK}")
         self.grid_dim = _Dim3(*self.grid)
         self.block_dim = _Dim3(*self.block)
         self.block_idx = _Dim3(0, 0, 0)
@@ -452,12 +478,15 @@ class _Executor:
 
     # -- synchronization -------------------------------------------------------------
     def syncthreads(self) -> None:
+        if not self.lockstep:
+            raise _NeedsLockstep()
         with self.count_lock:
             self.syncs += 1
-        if self.lockstep:
-            self.barrier.wait()
+        self.barrier.wait()
 
     def warp_exchange(self, value: Any) -> list:
+        if not self.lockstep:
+            raise _NeedsLockstep()
         state = self.state()
         warp = state.linear // WARP_SIZE
         buf, barrier = self.warp_bufs[warp], self.warp_barriers[warp]
@@ -484,19 +513,57 @@ class _Executor:
                 for z in range(bz) for y in range(by) for x in range(bx)]
 
     def run(self) -> Trace:
+        if self.lockstep:
+            return self._run_once()
+        saved = [a._data.copy() for a in self.args if isinstance(a, TracedArray)]
+        try:
+            return self._run_once()
+        except _NeedsLockstep:
+            # a barrier reached through a helper: restore the inputs, start over in lockstep
+            for a, data in zip((a for a in self.args if isinstance(a, TracedArray)), saved):
+                a._data[...] = data
+            n_global = sum(isinstance(a, TracedArray) for a in self.args)
+            del self.arrays[n_global:]
+            self.site_ids, self.site_lines, self.rows = {}, [], []
+            self.shuffles = self.syncs = 0
+            self.lockstep = True
+            return self._run_once()
+
+    def _run_once(self) -> Trace:
         gx, gy, gz = self.grid
-        for bz in range(gz):
-            for by in range(gy):
-                for bx in range(gx):
-                    self.block_idx = _Dim3(bx, by, bz)
-                    self.block_linear = bx + by * gx + bz * gx * gy
-                    self.shared_by_call = {}
-                    if self.lockstep:
-                        self._run_block_threads()
-                    else:
-                        for state in self._thread_states():
-                            self.local.state = state
-                            self.body(*self.args)
+        n_blocks = gx * gy * gz
+        order = [(bx, by, bz) for bz in range(gz) for by in range(gy) for bx in range(gx)]
+        bar = None
+        start = time.perf_counter()
+        for done, (bx, by, bz) in enumerate(order):
+            self.block_idx = _Dim3(bx, by, bz)
+            self.block_linear = bx + by * gx + bz * gx * gy
+            self.shared_by_call = {}
+            if self.lockstep:
+                self._run_block_threads()
+            else:
+                for state in self._thread_states():
+                    self.local.state = state
+                    self.body(*self.args)
+            if done == 0 and n_blocks > 1:
+                first = time.perf_counter() - start
+                estimate = first * n_blocks
+                if self.budget_s is not None and estimate > self.budget_s:
+                    raise ValueError(
+                        f"tracing this launch ({n_blocks} blocks x "
+                        f"{math.prod(self.block)} threads) would take about "
+                        f"{estimate:.0f} s (its first block took {first:.2f} s), over "
+                        f"budget_s={self.budget_s:g}: use runner='numba' (compiled, or "
+                        "Numba's CUDA simulator) or a smaller size, or pass "
+                        "budget_s=None to trace it anyway")
+                if estimate > PROGRESS_AFTER_S:
+                    from tqdm.auto import tqdm
+                    bar = tqdm(total=n_blocks, initial=1, desc="tracing blocks",
+                               leave=False)
+            elif bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
         rows = np.array(self.rows, dtype=np.int64).reshape(-1, len(_COLUMNS))
         columns = {name: rows[:, k].copy() for k, name in enumerate(_COLUMNS)}
         return Trace(self.grid, self.block, self.arrays, self.site_lines, columns,
@@ -506,7 +573,7 @@ class _Executor:
         states = self._thread_states()
         n = len(states)
         self.barrier = _Barrier(n)
-        n_warps = (n + WARP_SIZE - 1) // WARP_SIZE
+        n_warps = ceil_div(n, WARP_SIZE)
         self.warp_barriers = [_Barrier(min(WARP_SIZE, n - w * WARP_SIZE))
                               for w in range(n_warps)]
         self.warp_bufs = [[None] * WARP_SIZE for _ in range(n_warps)]
@@ -542,10 +609,13 @@ class _Executor:
             raise errors[0]
 
 
-def run_traced(kernel_fn: Callable, griddim: Any, blockdim: Any, *args: Any) -> Trace:
+def run_traced(kernel_fn: Callable, griddim: Any, blockdim: Any, *args: Any,
+               budget_s: float | None = DEFAULT_BUDGET_S) -> Trace:
     """Run ``kernel_fn(cuda)`` on ``griddim`` x ``blockdim`` threads and return its trace.
 
     Array arguments (C-contiguous numpy arrays) are updated in place, as after a launch
-    followed by a copy back to the host; scalars are passed through.
+    followed by a copy back to the host; scalars are passed through. The first block is
+    timed; if all blocks would take more than ``budget_s`` seconds a ValueError says so
+    (``budget_s=None``: no limit).
     """
-    return _Executor(kernel_fn, griddim, blockdim, args).run()
+    return _Executor(kernel_fn, griddim, blockdim, args, budget_s).run()

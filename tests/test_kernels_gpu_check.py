@@ -1,0 +1,40 @@
+"""benchmarks/gpu_check.py: its sections exist, it exits 0 without a GPU, and its reduction
+section runs end to end on the simulator at a tiny size (so the script is not first tried
+on a GPU session's clock)."""
+import importlib.util
+import sys
+from pathlib import Path
+
+import labkit
+import numpy as np
+import pytest
+
+PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("gpu_check", PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module        # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_sections_and_no_gpu_exit(capsys):
+    g = _module()
+    assert list(g.SECTIONS) == ["kernels", "timing", "matmul", "reduction"]
+    assert g._gpu_key("NVIDIA H200") == "H200" and g._gpu_key("Tesla T4") is None
+    if labkit.CUDA_BACKEND != "gpu":
+        assert g.main([]) == 0
+        assert "no CUDA GPU" in capsys.readouterr().out
+
+
+def test_reduction_section_on_the_simulator(capsys):
+    if labkit.CUDA_BACKEND == "gpu":
+        pytest.skip("runs at full size on a GPU")
+    g = _module()
+    ctx = g.Context(True, np.random.default_rng(0), "simulator", "H200",
+                    sizes=dict(reduction=256, repeats=1, block=32))
+    assert g.section_reduction(ctx) == []
+    out = capsys.readouterr().out
+    assert out.count(" ok") == 5 and "reduce_fast" in out
