@@ -36,10 +36,17 @@ def test_roundup_power2_division_example_from_source():
     # below 512 * divisions the plain 512 rounding applies
     assert round_size(1500, cfg) == 1536
     # AllocatorConfig::parseRoundUpPower2Divisions: the first key also fills the intervals
-    # below it, and '>' fills from the last key's interval on (overwriting that key)
+    # below it, and '>' fills from the interval after the last key (measured on an H200
+    # with torch 2.11: "[64:2,256:4,>:8]" rounds 296,698,582 B up to 320 MiB, 4 divisions)
     per_interval = make_config(roundup_power2_divisions="[64:1,256:2,>:4]")
     got = [per_interval.roundup_power2_divisions(m * MiB) for m in (1, 64, 128, 256, 1024)]
-    assert got == [1, 1, 0, 4, 4]
+    assert got == [1, 1, 0, 2, 4]
+    measured = CachingAllocator(conf="roundup_power2_divisions:[64:2,256:4,>:8]")
+    for n, torch_allocated in [(296698582, 320 * MiB), (70 * MiB + 1, 96 * MiB),
+                               (MiB + 1, 3 * MiB // 2), (600 * MiB + 1, 640 * MiB)]:
+        b = measured.malloc(n)
+        assert measured.allocated == torch_allocated
+        measured.free(b)
 
 
 def test_should_split_thresholds():

@@ -59,3 +59,19 @@ def test_first_mismatch_names_the_op_and_the_key():
 def test_allocator_equals_torch_cuda_op_by_op(conf, fraction):
     result = compare(conf, fraction=fraction, seed=0, n=300)
     assert result.equal, result.detail
+
+
+def test_replayed_segment_addresses_decide_best_fit_ties():
+    # Two 2 MiB requests get segments at the replayed addresses; the later one lies lower,
+    # as cudaMalloc may place it. After both are freed, a 1.5 MiB request takes the
+    # lower-addressed 20 MiB segment (ties break by address), the one made second.
+    from labkit.memory import CachingAllocator
+    a = CachingAllocator(1 << 34)
+    a.segment_addresses = iter([0x7F0000000000, 0x7E0000000000])
+    x, y = a.malloc(19 * MiB + 1), a.malloc(19 * MiB + 1)
+    assert (x.addr, y.addr) == (0x7F0000000000, 0x7E0000000000)
+    a.free(x), a.free(y)
+    assert a.malloc(19 * MiB).addr == 0x7E0000000000
+    a.segment_addresses = iter([])                  # exhausted: labkit's own addresses
+    assert a.malloc(30 * MiB).addr < 0x7E0000000000
+    a.check_invariants()

@@ -260,6 +260,10 @@ class CachingAllocator:
             capacity = validate.integer("capacity", capacity, low=1)
         self.capacity = capacity
         self.allowed_memory_maximum: int | None = None   # set_memory_fraction
+        # Device addresses of new segments, in cudaMalloc order (None: labkit's own, rising).
+        # Best fit breaks ties between equal-size free blocks by address, and the driver's
+        # addresses do not rise with time, so replaying real ones reproduces real ties.
+        self.segment_addresses = None
         self._pools = (_Pool(True), _Pool(False))
         self._blocks_at: dict[int, Block] = {}
         self._segments: dict[int, _Segment] = {}
@@ -522,8 +526,10 @@ class CachingAllocator:
             return None
         if self.config.expandable_segments:
             return self._try_allocate_expandable_block(pool, size)
-        addr = self._next_addr
-        self._next_addr += -(-alloc_size // SEGMENT_ALIGN) * SEGMENT_ALIGN
+        addr = next(self.segment_addresses, None) if self.segment_addresses is not None else None
+        if addr is None:
+            addr = self._next_addr
+            self._next_addr += -(-alloc_size // SEGMENT_ALIGN) * SEGMENT_ALIGN
         seg = _Segment(addr, alloc_size, pool, False)
         self._segments[addr] = seg
         block = Block(addr, alloc_size, pool, seg, self)

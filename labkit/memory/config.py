@@ -103,7 +103,9 @@ def _divisions(value) -> tuple[int, ...]:
             raise ValueError(f"roundup_power2_divisions values must be a power of two or 0, "
                              f"got {div}")
         if str(key).strip() == ">":
-            for i in range(last_index, n):
+            # AcceleratorAllocatorConfig::parseRoundUpPower2Divisions fills from the
+            # interval after the last key (torch >= 2.5; earlier releases overwrote it).
+            for i in range(last_index + 1, n):
                 out[i] = div
             continue
         mb = _int_entry("roundup_power2_divisions interval (MiB)", key)

@@ -78,12 +78,18 @@ def random_ops(seed: int = 0, n: int = 300, max_live_bytes: int = 4 << 30) -> li
     return ops
 
 
-def replay_labkit(ops, conf: str = "", *, capacity: int, fraction: float | None = None
-                  ) -> list[dict]:
-    """Stats (``KEYS``) after each op on the simulator; an OOM is recorded as ``"oom"``."""
+def replay_labkit(ops, conf: str = "", *, capacity: int, fraction: float | None = None,
+                  segment_addresses=None) -> list[dict]:
+    """Stats (``KEYS``) after each op on the simulator; an OOM is recorded as ``"oom"``.
+
+    ``segment_addresses``: the device's cudaMalloc addresses in order (from torch's
+    ``segment_alloc`` trace), so best fit breaks ties between equal-size blocks as there.
+    """
     alloc = CachingAllocator(capacity, conf=conf or None)
     if fraction is not None:
         alloc.set_memory_fraction(fraction)
+    if segment_addresses is not None:
+        alloc.segment_addresses = iter(segment_addresses)
     blocks = {}
     out = []
     for op in ops:
@@ -103,10 +109,14 @@ def replay_labkit(ops, conf: str = "", *, capacity: int, fraction: float | None 
     return out
 
 
-def replay_torch(ops, *, fraction: float | None = None) -> list[dict]:
-    """The same program on ``torch.cuda`` in this process (set the conf before importing)."""
+def replay_torch(ops, *, fraction: float | None = None) -> tuple[list[dict], list[int]]:
+    """The same program on ``torch.cuda`` in this process (set the conf before importing).
+
+    Returns the stats after each op and the addresses of the segments cudaMalloc gave, in
+    order (``torch.cuda.memory._record_memory_history``'s ``segment_alloc`` entries)."""
     import torch
 
+    torch.cuda.memory._record_memory_history(max_entries=1_000_000)
     if fraction is not None:
         torch.cuda.set_per_process_memory_fraction(fraction)
     tensors = {}
@@ -124,7 +134,11 @@ def replay_torch(ops, *, fraction: float | None = None) -> list[dict]:
             torch.cuda.empty_cache()
         stats = torch.cuda.memory_stats()
         out.append({"status": status, **{k: int(stats.get(k, 0)) for k in KEYS}})
-    return out
+    traces = torch.cuda.memory._snapshot().get("device_traces", [[]])
+    addresses = [int(e["addr"]) for e in (traces[0] if traces else [])
+                 if e.get("action") == "segment_alloc"]
+    torch.cuda.memory._record_memory_history(enabled=None)
+    return out, addresses
 
 
 @dataclass(frozen=True)
@@ -153,8 +167,11 @@ def first_mismatch(ops, mine: list[dict], theirs: list[dict]) -> tuple[int | Non
 
 
 def compare(conf: str = "", *, fraction: float | None = None, seed: int = 0, n: int = 300,
-            timeout: float = 300) -> Fidelity:
-    """Run the program on torch.cuda in a fresh process with ``conf`` and compare."""
+            timeout: float = 300, real_addresses: bool = True) -> Fidelity:
+    """Run the program on torch.cuda in a fresh process with ``conf`` and compare.
+
+    With ``real_addresses`` labkit replays the device's segment addresses (ties in best
+    fit then break as on the device); without, it uses its own rising addresses."""
     ops = random_ops(seed, n)
     env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf)
     args = [sys.executable, "-m", "labkit.memory.fidelity", "--seed", str(seed), "--n", str(n)]
@@ -164,7 +181,8 @@ def compare(conf: str = "", *, fraction: float | None = None, seed: int = 0, n: 
     if proc.returncode != 0:
         raise RuntimeError(f"torch replay failed ({conf!r}): {proc.stderr[-2000:]}")
     payload = json.loads(proc.stdout.strip().splitlines()[-1])
-    mine = replay_labkit(ops, conf, capacity=payload["capacity"], fraction=fraction)
+    mine = replay_labkit(ops, conf, capacity=payload["capacity"], fraction=fraction,
+                         segment_addresses=payload["addresses"] if real_addresses else None)
     index, detail = first_mismatch(ops, mine, payload["stats"])
     return Fidelity(conf, fraction, len(ops), index, detail)
 
@@ -173,11 +191,14 @@ def report(seed: int = 0, n: int = 300) -> list[Fidelity]:
     """Compare under every setting in :data:`SETTINGS` and print one line each (GPU only)."""
     results = []
     for conf, fraction in SETTINGS:
-        r = compare(conf, fraction=fraction, seed=seed, n=n)
         label = (conf or "default") + (f" + memory fraction {fraction}" if fraction else "")
-        print(f"allocator vs torch.cuda [{label}]: {r.ops} ops, "
-              f"{'EQUAL' if r.equal else 'DIFFERENT'} — {r.detail}")
-        results.append(r)
+        for real in (True, False):
+            r = compare(conf, fraction=fraction, seed=seed, n=n, real_addresses=real)
+            print(f"allocator vs torch.cuda [{label}; "
+                  f"{'device addresses' if real else 'labkit addresses'}]: {r.ops} ops, "
+                  f"{'EQUAL' if r.equal else 'DIFFERENT'} — {r.detail}")
+            if real:
+                results.append(r)
     return results
 
 
@@ -194,9 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 2
-    stats = replay_torch(random_ops(a.seed, a.n), fraction=a.fraction)
+    stats, addresses = replay_torch(random_ops(a.seed, a.n), fraction=a.fraction)
     capacity = torch.cuda.get_device_properties(0).total_memory
-    print(json.dumps({"capacity": capacity, "stats": stats}))
+    print(json.dumps({"capacity": capacity, "stats": stats, "addresses": addresses}))
     return 0
 
 
