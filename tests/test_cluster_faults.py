@@ -1,0 +1,163 @@
+"""Checkpoint intervals (Young, Daly, simulation), stragglers and backup workers, energy."""
+import math
+
+import numpy as np
+import pytest
+
+from labkit.cluster import energy, faults, stragglers
+from labkit.cluster.jobs import Job
+from labkit.cluster.scheduler import Cluster, simulate
+from labkit.hardware import GPUS
+
+
+# ---- checkpointing ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("mtbf_min, want", [(24 * 60, 117), (6 * 60, 57), (15, 9.1)])
+def test_daly_reproduces_his_figures(mtbf_min, want):
+    # Daly (2006), figs. 3-5: δ = 5 min; M = 24 h, 6 h, 15 min -> 117, 57, 9.1 min
+    assert faults.daly_interval(5, mtbf_min) == pytest.approx(want, abs=0.05 if want < 10 else 0.5)
+
+
+def test_young_and_daly_formulas():
+    assert faults.young_interval(120, 28800) == pytest.approx(math.sqrt(2 * 120 * 28800))
+    c, m = 120.0, 28800.0
+    x = c / (2 * m)
+    assert faults.daly_interval(c, m) == pytest.approx(
+        math.sqrt(2 * c * m) * (1 + math.sqrt(x) / 3 + x / 9) - c)
+    assert faults.daly_interval(7200, 3600) == 3600          # C >= 2M: τ = M
+    # Daly's interval is close to the true minimiser of his wall-time model
+    taus = np.linspace(1500, 4000, 25001)
+    t = [faults.expected_wall_time(1e6, tau, c, 300, m) for tau in taus]
+    assert taus[int(np.argmin(t))] == pytest.approx(faults.daly_interval(c, m), rel=2e-3)
+
+
+def test_expected_lost_work():
+    L, m = 3600.0, 8 * 3600.0
+    rng = np.random.default_rng(0)
+    x = rng.exponential(m, 2_000_000)
+    x = x[x < L]
+    assert faults.expected_lost_work(L, m) == pytest.approx(x.mean(), rel=5e-3)
+    assert faults.expected_lost_work(L, m) < L / 2
+    assert faults.expected_lost_work(1.0, 1e9) == pytest.approx(0.5, rel=1e-6)
+
+
+def test_sampler_matches_daly_model_and_event_simulation():
+    W, C, R, M = 30 * 86400.0, 120.0, 300.0, 8 * 3600.0
+    tau = 2400.0                       # W / tau = 1080 whole segments
+    x = faults.sample_wall_times(W, tau, C, R, M, trials=4000, seed=1)
+    model = faults.expected_wall_time(W, tau, C, R, M)
+    se = x.std() / math.sqrt(x.size)
+    assert abs(x.mean() - model) < 4 * se
+    runs = [faults.simulate_timeline(W, tau, C, R, M, seed=s).wall_time for s in range(200)]
+    assert abs(np.mean(runs) - model) < 4 * np.std(runs) / math.sqrt(200)
+
+
+def test_no_failures_means_work_plus_checkpoints():
+    x = faults.sample_wall_times(1000.0, 100.0, 5.0, 10.0, 1e15, trials=3)
+    np.testing.assert_allclose(x, 1000 + 10 * 5, rtol=1e-9)
+    tl = faults.simulate_timeline(1000.0, 300.0, 5.0, 10.0, 1e15)
+    assert tl.wall_time == pytest.approx(1000 + 4 * 5) and tl.lost_work == 0
+    assert [k for _, _, k in tl.events].count("checkpoint") == 4
+
+
+def test_timeline_accounting():
+    tl = faults.simulate_timeline(20 * 3600.0, 1800.0, 60.0, 120.0, 2 * 3600.0, seed=4)
+    assert len(tl.failures) > 3
+    span = sum(t1 - t0 for t0, t1, _ in tl.events)
+    assert span == pytest.approx(tl.wall_time)
+    work = sum(t1 - t0 for t0, t1, k in tl.events if k == "work")
+    assert work == pytest.approx(20 * 3600.0)
+
+
+def test_simulated_optimum_is_near_young_and_daly():
+    """The claim the chapter makes: the simulated minimum sits within 15 % of Daly's τ
+    (grid spacing 7 %), and running at Daly's τ costs < 0.1 % more wall time than the best
+    simulated interval."""
+    W, C, R, M = 30 * 86400.0, 120.0, 300.0, 8 * 3600.0
+    sw = faults.interval_sweep(W, C, R, M, trials=3000, seed=0)
+    assert sw.best_simulated == pytest.approx(sw.daly, rel=0.15)
+    assert sw.best_simulated == pytest.approx(sw.young, rel=0.15)
+    assert sw.simulated_at(sw.daly) <= sw.simulated.min() * 1.001
+    # and far from it costs real time: 4x too often or too rarely is > 1 % worse
+    assert sw.simulated[0] > sw.simulated.min() * 1.01
+    assert sw.simulated[-1] > sw.simulated.min() * 1.01
+    np.testing.assert_allclose(sw.simulated, sw.model, rtol=2e-3)
+
+
+def test_fault_argument_errors():
+    with pytest.raises(ValueError, match="mtbf_s"):
+        faults.young_interval(10, 0)
+    with pytest.raises(ValueError, match="checkpoint_s"):
+        faults.daly_interval(-1, 10)
+    with pytest.raises(TypeError, match="work_s"):
+        faults.sample_wall_times("1", 1, 1, 1, 1)
+
+
+def test_measure_checkpoint(tmp_path):
+    cost = faults.measure_checkpoint(200_000, repeats=1, directory=tmp_path)
+    # parameters + two Adam moments in float32, plus pickle overhead
+    assert 3 * 4 * cost.parameters <= cost.bytes < 3 * 4 * cost.parameters * 1.1
+    assert cost.seconds > 0 and cost.bandwidth > 0
+
+
+# ---- stragglers ---------------------------------------------------------------------------
+
+def test_exponential_order_statistics_match_simulation():
+    for n, b in ((1, 0), (8, 0), (8, 2), (32, 4)):
+        sim = stragglers.simulate_steps(n, backups=b, steps=40000, delay=0.2, seed=n + b)
+        want = stragglers.expected_step_exponential(n, 1.0, 0.2, b)
+        se = sim.step_times.std() / math.sqrt(40000)
+        assert abs(sim.mean_step - want) < 4 * se
+    assert stragglers.expected_step_exponential(4, 1.0, 1.0) == pytest.approx(1 + 25 / 12)
+
+
+def test_bernoulli_closed_form_and_backups():
+    n, p, s = 16, 0.05, 3.0
+    assert stragglers.expected_step_bernoulli(n, 1.0, p, s) == pytest.approx(
+        1 + 2 * (1 - 0.95 ** 16))
+    sim = stragglers.simulate_steps(n, model="bernoulli", p=p, slowdown=s, steps=50000, seed=2)
+    assert sim.mean_step == pytest.approx(stragglers.expected_step_bernoulli(n, 1.0, p, s),
+                                          rel=0.02)
+    with_b = stragglers.simulate_steps(n, backups=2, model="bernoulli", p=p, slowdown=s,
+                                       steps=50000, seed=3)
+    assert with_b.mean_step == pytest.approx(
+        stragglers.expected_step_bernoulli(n, 1.0, p, s, 2), rel=0.02)
+    assert with_b.mean_step < sim.mean_step
+    assert stragglers.straggle_probability(3, 0.5, 1) == pytest.approx(1 - 5 / 16)
+
+
+def test_backup_tradeoff():
+    t = stragglers.backup_tradeoff(16, 6, delay=0.2)
+    assert np.all(np.diff(t.step_time) < 0)          # each backup shortens the step
+    assert t.speedup[0] == 1 and t.speedup[-1] > 1
+    np.testing.assert_allclose(t.gpu_seconds, (16 + t.backups) * t.step_time)
+    # with no variability backups only cost machines
+    flat = stragglers.backup_tradeoff(16, 3, delay=0.0)
+    np.testing.assert_allclose(flat.step_time, 1.0)
+    with pytest.raises(ValueError, match="model"):
+        stragglers.backup_tradeoff(4, model="weibull")
+
+
+# ---- energy -------------------------------------------------------------------------------
+
+def test_energy_hand_worked():
+    # 4 GPUs, one job of 2 GPUs × 100 s: busy 200 GPU-s, idle 200 GPU-s over 100 s
+    r = simulate([Job(0, 0, 2, 100)], Cluster(1, 4), "fifo")
+    pm = energy.PowerModel("A100", idle_fraction=0.1)
+    e = energy.schedule_energy(r, pm)
+    tdp = GPUS["A100"].tdp_watts
+    assert e.busy_joules == pytest.approx(200 * tdp)
+    assert e.idle_joules == pytest.approx(200 * 0.1 * tdp)
+    assert e.job_joules[0] == pytest.approx(200 * tdp)
+    assert e.total_kwh == pytest.approx(220 * tdp / 3.6e6)
+
+
+def test_energy_counts_preempted_segments_and_errors():
+    jobs = [Job(0, 0, 4, 10, 0), Job(1, 4, 2, 3, 5)]
+    r = simulate(jobs, Cluster(1, 4), "priority", preempt_overhead=1.0)
+    e = energy.schedule_energy(r, energy.PowerModel("H100", idle_fraction=0.0))
+    assert e.job_joules[0] == pytest.approx(4 * 11 * GPUS["H100"].tdp_watts)   # 10 s + 1 s redone
+    with pytest.raises(ValueError, match="gpu"):
+        energy.PowerModel("Z80")
+    with pytest.raises(ValueError, match="idle_fraction"):
+        energy.PowerModel(idle_fraction=1.5)
