@@ -1,0 +1,107 @@
+"""labkit.compress.model against torch, closed forms and the papers' numbers."""
+import numpy as np
+import pytest
+import torch
+
+from labkit.compress.model import (FORMATS, QuantLinear, conv_cost, dequantize, fake_quant,
+                                   kd_loss, magnitude_mask, qparams, quantize, round_to,
+                                   structured_mask, underflow_fraction, unit_roundoff,
+                                   update_loss_scale)
+
+
+def test_asymmetric_qparams_closed_form_and_zero_exact():
+    x = np.array([-1.0, 0.5, 2.0])
+    qp = qparams(x, 8)
+    assert float(qp.scale) == pytest.approx(3.0 / 255) and int(qp.zero_point) == 85
+    assert dequantize(quantize(np.array([0.0]), qp), qp)[0] == 0.0
+    pos = qparams(np.array([1.0, 3.0]), 8)            # range widened to include 0
+    assert int(pos.zero_point) == 0 and float(pos.scale) == pytest.approx(3.0 / 255)
+
+
+def test_matches_torch_fake_quantize_per_tensor_affine():
+    x = torch.randn(200, generator=torch.Generator().manual_seed(0)) * 2
+    qp = qparams(x.numpy(), 8)
+    ref = torch.fake_quantize_per_tensor_affine(x, float(qp.scale), int(qp.zero_point), 0, 255)
+    assert np.allclose(fake_quant(x.numpy(), 8), ref.numpy(), atol=1e-6)
+
+
+def test_error_halves_per_bit_and_per_channel_beats_per_tensor():
+    w = np.random.default_rng(0).normal(size=(32, 64)) * np.geomspace(0.01, 1, 32)[:, None]
+    err = [np.sqrt(np.mean((fake_quant(w, b, True) - w) ** 2)) for b in (4, 5, 6, 7, 8)]
+    ratios = np.array(err[:-1]) / np.array(err[1:])
+    assert np.allclose(ratios, 2.0, rtol=0.2)         # one more bit halves the step
+    pt = np.abs(fake_quant(w, 8, True) - w)[:4].mean()
+    pc = np.abs(fake_quant(w, 8, True, axis=0) - w)[:4].mean()
+    assert pc < pt / 10
+    # symmetric error bounded by half a step
+    qp = qparams(w, 8, True, axis=0)
+    assert np.all(np.abs(fake_quant(w, 8, True, 0) - w) <= qp.scale / 2 + 1e-12)
+
+
+def test_quant_linear_close_to_float_and_smaller():
+    rng = np.random.default_rng(1)
+    w, b, x = rng.normal(size=(32, 64)), rng.normal(size=32), rng.normal(size=(10, 64))
+    ql = QuantLinear(w, b)
+    y = x @ w.T + b
+    assert np.abs(ql(x) - y).max() < 0.02 * np.abs(y).max()
+    assert ql.wq.dtype == np.int8 and ql.nbytes == 32 * 64 + 4 * 32 + 4 * 32
+    with pytest.raises(ValueError, match="x"):
+        ql(rng.normal(size=(3, 5)))
+
+
+def test_float_formats_against_numpy_and_torch():
+    assert unit_roundoff("fp16") == 2 ** -11 and unit_roundoff("bf16") == 2 ** -8
+    assert FORMATS["fp16"].decimal_digits == pytest.approx(3.31, abs=0.01)
+    assert FORMATS["bf16"].decimal_digits == pytest.approx(2.41, abs=0.01)
+    f16 = np.finfo(np.float16)
+    assert FORMATS["fp16"].max == float(f16.max) and FORMATS["fp16"].min_normal == float(f16.tiny)
+    assert FORMATS["fp16"].min_subnormal == 2.0 ** -24
+    bf = torch.finfo(torch.bfloat16)
+    assert FORMATS["bf16"].max == bf.max and FORMATS["bf16"].min_normal == bf.tiny
+    x = np.random.default_rng(2).normal(size=5000) * 10.0 ** np.random.default_rng(3).integers(-30, 30, 5000)
+    want = torch.tensor(x, dtype=torch.float32).to(torch.bfloat16).double().numpy()
+    assert np.array_equal(round_to(x, "bf16"), want)
+    assert round_to(1 + 2 ** -9, "bf16") == 1.0 and round_to(1 + 3 * 2 ** -9, "bf16") == 1 + 2 ** -7
+    with pytest.raises(ValueError, match="fmt"):
+        round_to(1.0, "fp8")
+
+
+def test_loss_scaling_rescues_underflow():
+    g = np.array([1e-8, 3e-8, 1e-6, 1e-3])
+    assert underflow_fraction(g, "fp16") == pytest.approx(0.25)     # 1e-8 < 2^-25 rounds to 0
+    assert underflow_fraction(g, "fp16", scale=2.0 ** 10) == 0.0
+    assert underflow_fraction(g, "bf16") == 0.0                      # bf16 has fp32's range
+    assert update_loss_scale(65536.0, True, 10) == (32768.0, 0, True)
+    assert update_loss_scale(1.0, False, 1999) == (2.0, 0, False)
+    assert update_loss_scale(1.0, False, 5) == (1.0, 6, False)
+
+
+def test_pruning_masks():
+    w = np.array([[0.1, -3.0, 0.2], [2.0, 0.05, -0.3]])
+    assert magnitude_mask(w, 0.5).tolist() == [[False, True, False], [True, False, True]]
+    w2 = np.array([[3.0, 0.0], [0.5, 0.5], [1.0, 1.0]])
+    assert structured_mask(w2, 1 / 3)[:, 0].tolist() == [True, False, True]
+    assert structured_mask(w2, 0).all() and not structured_mask(w2, 1).any()
+
+
+def test_conv_cost_matches_torch_and_mobilenet_ratio():
+    k, m, n, f = 3, 32, 64, 112
+    c = conv_cost(k, m, n, f)
+    std = torch.nn.Conv2d(m, n, k, padding=1, bias=False)
+    dw = torch.nn.Conv2d(m, m, k, padding=1, groups=m, bias=False)
+    pw = torch.nn.Conv2d(m, n, 1, bias=False)
+    assert c.standard_params == std.weight.numel()
+    assert c.separable_params == dw.weight.numel() + pw.weight.numel()
+    assert c.ratio == pytest.approx(1 / n + 1 / k ** 2)
+
+
+def test_kd_loss_against_torch():
+    rng = np.random.default_rng(5)
+    s, t, y = rng.normal(size=(6, 10)), rng.normal(size=(6, 10)) * 3, rng.integers(0, 10, 6)
+    T, a = 3.0, 0.7
+    st, tt = torch.tensor(s), torch.tensor(t)
+    F = torch.nn.functional
+    kl = F.kl_div(F.log_softmax(st / T, 1), F.log_softmax(tt / T, 1), log_target=True,
+                  reduction="batchmean")
+    want = a * T * T * kl + (1 - a) * F.cross_entropy(st, torch.tensor(y))
+    assert kd_loss(s, t, y, T, a) == pytest.approx(float(want))

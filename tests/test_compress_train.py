@@ -1,0 +1,74 @@
+"""Chapter 08's torch experiments on digits, and the widgets."""
+import matplotlib
+import numpy as np
+import pytest
+
+from labkit.compress import train as T
+from labkit.compress import widgets
+from labkit.data import load_digits
+
+matplotlib.use("Agg")
+
+
+@pytest.fixture(scope="module")
+def trained():
+    split = load_digits()
+    return split, T.train_mlp((64, 64, 10), split, epochs=10)
+
+
+def test_quantized_models_keep_accuracy_and_shrink(trained):
+    split, m = trained
+    rows = T.compare_int8(m, split, repeats=2)
+    fp32, lab, dyn = rows
+    assert fp32.accuracy > 0.9
+    assert lab.accuracy >= fp32.accuracy - 0.02 and dyn.accuracy >= fp32.accuracy - 0.02
+    assert lab.nbytes < fp32.nbytes / 3 and dyn.nbytes < fp32.nbytes
+    acc = T.accuracy_vs_bits(m, split, bits=(8, 2))
+    assert acc["per channel"][0] >= fp32.accuracy - 0.02 and acc["per tensor"][1] < 0.8
+
+
+def test_pruning_curves_fall(trained):
+    split, m = trained
+    un = T.prune_curve(m, split, [0.0, 0.5, 0.99])
+    st = T.prune_curve(m, split, [0.0, 0.5, 0.99], "structured")
+    assert un[0] == st[0] and un[2] < un[0] and st[2] < 0.5
+    with pytest.raises(ValueError, match="kind"):
+        T.prune_curve(m, split, [0.5], "random")
+
+
+def test_distillation_uses_the_transfer_set(trained):
+    split, teacher = trained
+    alone = T.train_mlp((64, 16, 10), split, epochs=30, labelled=60)
+    kd = T.train_mlp((64, 16, 10), split, epochs=10, labelled=60, teacher=teacher, alpha=0.9)
+    assert T.accuracy(kd, split.x_test, split.y_test) > T.accuracy(alone, split.x_test, split.y_test)
+
+
+def test_sparse_timing_and_autocast():
+    t = T.sparse_matmul_timing(n=128, batch=16, repeats=1)
+    assert len(t) == 4 and all(v > 0 for v in t.values())
+    d = T.autocast_dtypes()
+    assert d["linear"] == "bfloat16" and d["matmul"] == "bfloat16"
+    assert d["cross_entropy"] == "float32" and d["mse_loss"] == "float32"
+
+
+@pytest.mark.parametrize("name", ["quant_widget", "scaling_widget"])
+def test_first_slider_changes_output(name, capsys):
+    w = getattr(widgets, name)()
+    before = capsys.readouterr().out
+    s = w.children[0]
+    s.value = s.value + 2 * s.step
+    after = capsys.readouterr().out
+    assert before and after and before != after
+    matplotlib.pyplot.close("all")
+
+
+def test_widget_functions_numbers(capsys):
+    lost, over = widgets.show_scaling(0, np.array([1e-8, 1e-3]))
+    assert lost == 0.5 and over == 0.0
+    lost, over = widgets.show_scaling(30, np.array([1e-8, 1e-3]))
+    assert lost == 0.0 and over == 0.5
+    rel = widgets.show_quant(8, True, True)
+    assert rel.max() < 0.01
+    with pytest.raises(ValueError, match="grads"):
+        widgets.scaling_widget(grads=[])
+    matplotlib.pyplot.close("all")
