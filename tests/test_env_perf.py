@@ -78,3 +78,11 @@ def test_bench_table_ratio_is_baseline_over_labkit():
     assert rows[0].ratio == 0.5 and rows[1].ratio is None
     table = format_table(rows)
     assert "0.50x" in table and "250,000 events/s" in table and "2 ms" in table
+
+
+def test_importing_labkit_perf_stays_cheap():
+    code = ("import sys, labkit.perf; "
+            "print(any(m in sys.modules for m in ('torch', 'matplotlib', 'numba')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "False"

@@ -1,0 +1,133 @@
+"""Chapter 12: deployment — export, int8 quantization, size and latency under a budget.
+
+* ``torch.export.export`` captures the model as an ``ExportedProgram`` (an ATen graph with
+  no Python left); ``torch.onnx.export(..., dynamo=True)`` turns that graph into ONNX for
+  ONNX Runtime (PyTorch docs, "torch.export" and "torch.onnx").
+* Dynamic int8 quantization (``torch.ao.quantization.quantize_dynamic``; Jacob et al., CVPR
+  2018 for the affine scheme): Linear weights stored as int8 with a scale and a zero point,
+  activations quantized on the fly per batch, biases kept in fp32.
+"""
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from labkit import validate as v
+
+
+def state_bytes(model) -> int:
+    """Bytes of ``torch.save(model.state_dict())`` — the file you would ship."""
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)
+    return len(buf.getvalue())
+
+
+def quantize_int8(model):
+    """Dynamic int8 quantization of every nn.Linear (weights int8, activations on the fly)."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from torch.ao.quantization import quantize_dynamic
+        return quantize_dynamic(model.eval(), {torch.nn.Linear}, dtype=torch.qint8)
+
+
+def int8_linear_bytes(layers) -> int:
+    """Payload bytes of Linear layers after dynamic int8 quantization: 1 byte per weight,
+    4 per fp32 bias, and a per-tensor scale (fp32) and zero point (int32): 8 per layer.
+    ``layers`` lists (in_features, out_features)."""
+    total = 0
+    for i, o in layers:
+        i = v.integer("in_features", i, low=1)
+        o = v.integer("out_features", o, low=1)
+        total += i * o + 4 * o + 8
+    return total
+
+
+def fp32_linear_bytes(layers) -> int:
+    """Payload bytes of fp32 Linear layers: 4 per weight and per bias."""
+    return sum(4 * (v.integer("in_features", i, low=1) * v.integer("out_features", o, low=1)
+                    + o) for i, o in layers)
+
+
+def export_program(model, in_features: int = 64):
+    """``torch.export.export`` of ``model`` with a dynamic batch dimension."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.export.export(model.eval(), (torch.zeros(2, in_features),),
+                                   dynamic_shapes=({0: torch.export.Dim("batch")},))
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    bytes: int               # what ships
+    latency_s: float         # median single-request latency here
+    accuracy: float
+
+
+def variants(model, x_test, y_test, workdir: str | Path, requests: int = 100) -> list[Variant]:
+    """fp32 eager, int8 dynamic (eager), fp32 ONNX Runtime (if installed): size, median
+    single-request latency (one thread) and test accuracy."""
+    import numpy as np
+    import torch
+
+    from labkit.perf.frameworks import export_onnx
+    from labkit.perf.metrics import accuracy
+    from labkit.perf.timing import benchmark, threads
+
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    q = quantize_int8(model)
+    x1 = torch.as_tensor(x_test[:1])
+    out = []
+    with threads(1), torch.no_grad():
+        for name, m in (("fp32 eager", model), ("int8 dynamic", q)):
+            t = benchmark(lambda m=m: m(x1), repeats=requests, warmup=5)
+            out.append(Variant(name, state_bytes(m), t.median, accuracy(m, x_test, y_test)))
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            return out
+        path = export_onnx(model, workdir / "model.onnx")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        iname = sess.get_inputs()[0].name
+        x1n = np.ascontiguousarray(x_test[:1])
+        t = benchmark(lambda: sess.run(None, {iname: x1n}), repeats=requests, warmup=5)
+        pred = sess.run(None, {iname: np.ascontiguousarray(x_test)})[0].argmax(1)
+        out.append(Variant("fp32 ONNX Runtime", path.stat().st_size, t.median,
+                           float((pred == y_test).mean())))
+    return out
+
+
+@dataclass(frozen=True)
+class Budget:
+    name: str
+    max_bytes: float
+    max_latency_s: float
+    slowdown: float = 1.0     # how much slower the target is than this machine
+
+
+CLOUD = Budget("cloud", max_bytes=1e9, max_latency_s=10e-3, slowdown=1.0)
+
+
+def fits(variants_: list[Variant], budget: Budget) -> list[tuple[Variant, bool, str]]:
+    """Which variants meet ``budget`` (latency scaled by its ``slowdown``), and why not."""
+    out = []
+    for var in variants_:
+        lat = var.latency_s * budget.slowdown
+        reasons = []
+        if var.bytes > budget.max_bytes:
+            reasons.append(f"{var.bytes / 1e3:.1f} kB > {budget.max_bytes / 1e3:.1f} kB")
+        if lat > budget.max_latency_s:
+            reasons.append(f"{lat * 1e3:.2f} ms > {budget.max_latency_s * 1e3:.2f} ms")
+        out.append((var, not reasons, "; ".join(reasons) or "fits"))
+    return out

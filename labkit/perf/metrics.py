@@ -1,0 +1,246 @@
+"""Chapter 12: seed 002's evaluation metrics measured on one task (the digits).
+
+Seed 002, part 7, lists accuracy, computational efficiency (throughput, latency), memory,
+stability and energy. Here each is a function of a trained model:
+
+* accuracy on the held-out digits;
+* throughput (samples/s at a batch) and latency percentiles of single requests;
+* memory: parameter bytes and the activation bytes autograd saves for backward (counted
+  with ``torch.autograd.graph.saved_tensors_hooks``);
+* stability: accuracy over several seeds (mean and standard deviation);
+* MFU, model FLOPs utilisation (Chowdhery et al., "PaLM", 2022, appendix B): model FLOPs
+  per second — 3 × forward FLOPs for a training step — over the hardware peak;
+* energy = power × time, from RAPL counters (``/sys/class/powercap/intel-rapl:*``, Linux
+  powercap) when readable, else a TDP model that is labelled as such.
+"""
+from __future__ import annotations
+
+import glob
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from labkit import validate as v
+
+
+# ---------------------------------------------------------------- models and training
+def digits_mlp(seed: int = 0, hidden: int = 128):
+    """64 → hidden → 10 MLP (ReLU), seeded."""
+    from labkit.torch_models import torch_mlp
+    return torch_mlp((64, v.integer("hidden", hidden, low=1), 10), seed=seed)
+
+
+def digits_cnn(seed: int = 0):
+    """A small CNN on the 8×8 digits: conv(1→16) ReLU, conv(16→32) ReLU, pool, linear."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(v.integer("seed", seed, low=0))
+    return nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
+                         nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(32 * 4 * 4, 10))
+
+
+MODELS = {"mlp": digits_mlp, "cnn": digits_cnn}
+
+
+@dataclass(frozen=True)
+class Trained:
+    name: str
+    seed: int
+    model: object
+    test_accuracy: float
+    train_seconds: float
+    epochs: int
+
+
+def train(name: str = "mlp", seed: int = 0, epochs: int = 8, batch_size: int = 64,
+          lr: float = 3e-3, data=None) -> Trained:
+    """Train ``name`` ("mlp" or "cnn") on the digits with Adam; report test accuracy."""
+    import torch
+    from torch import nn
+
+    from labkit.data import batches, load_digits
+
+    name = v.one_of("name", name, tuple(MODELS))
+    seed = v.integer("seed", seed, low=0)
+    epochs = v.integer("epochs", epochs, low=1)
+    data = data or load_digits(seed=0)
+    model = MODELS[name](seed)
+    opt = torch.optim.Adam(model.parameters(), lr=v.positive("lr", lr))
+    xt, yt = torch.from_numpy(data.x_train), torch.from_numpy(data.y_train)
+    rng = np.random.default_rng(seed)
+    from labkit.perf.timing import threads
+
+    with threads(1):
+        t0 = time.perf_counter()
+        for _ in range(epochs):
+            for idx in batches(len(yt), batch_size, rng):
+                idx = torch.from_numpy(idx)
+                opt.zero_grad()
+                nn.functional.cross_entropy(model(xt[idx]), yt[idx]).backward()
+                opt.step()
+        secs = time.perf_counter() - t0
+    return Trained(name, seed, model.eval(), accuracy(model, data.x_test, data.y_test), secs,
+                   epochs)
+
+
+def accuracy(model, x, y) -> float:
+    """Share of samples whose arg-max prediction equals the label."""
+    import torch
+
+    with torch.no_grad():
+        pred = model(torch.as_tensor(x)).argmax(1).numpy()
+    return float((pred == np.asarray(y)).mean())
+
+
+# ------------------------------------------------------------------ speed metrics
+@dataclass(frozen=True)
+class Latency:
+    samples: tuple[float, ...]        # seconds per request
+
+    def p(self, q: float) -> float:
+        from labkit.perf.stats import percentile
+        return percentile(self.samples, q)
+
+    @property
+    def p50(self) -> float:
+        return self.p(50)
+
+    @property
+    def p95(self) -> float:
+        return self.p(95)
+
+    @property
+    def p99(self) -> float:
+        return self.p(99)
+
+
+def latency(model, x, requests: int = 200, warmup: int = 10) -> Latency:
+    """Latency of single requests (batch of one row of ``x`` each), one sample per request."""
+    import torch
+
+    from labkit.perf.timing import benchmark
+
+    requests = v.integer("requests", requests, low=2)
+    x = torch.as_tensor(x)
+    row = x[:1]
+    with torch.no_grad():
+        t = benchmark(lambda: model(row), repeats=requests, warmup=warmup)
+    return Latency(t.samples)
+
+
+def throughput(model, x, batch: int = 256, repeats: int = 5) -> float:
+    """Inference samples per second at ``batch`` (median over ``repeats``)."""
+    import torch
+
+    from labkit.perf.timing import benchmark
+
+    batch = v.integer("batch", batch, low=1)
+    xb = torch.as_tensor(x)[:batch]
+    with torch.no_grad():
+        t = benchmark(lambda: model(xb), repeats=repeats, warmup=2)
+    return len(xb) / t.median
+
+
+def parameter_bytes(model) -> int:
+    """Bytes of the parameters and buffers."""
+    return int(sum(p.numel() * p.element_size() for p in model.parameters())
+               + sum(b.numel() * b.element_size() for b in model.buffers()))
+
+
+def saved_activation_bytes(model, x) -> int:
+    """Bytes autograd saves for backward in one forward pass on ``x`` (parameters that are
+    saved are not counted: they live in the model anyway)."""
+    import torch
+
+    params = {p.data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        if t.data_ptr() not in params:
+            seen[t.data_ptr()] = t.numel() * t.element_size()
+        return t
+
+    model.train()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(torch.as_tensor(x)).sum()
+    model.eval()
+    return int(sum(seen.values()))
+
+
+def mfu(forward_flops_per_sample: float, samples_per_s: float, peak: float,
+        training: bool = True) -> float:
+    """Model FLOPs utilisation: (3 if training else 1) × forward FLOPs × samples/s / peak
+    (backward costs about twice the forward: PaLM appendix B uses 6N = 3 × 2N per token)."""
+    f = v.positive("forward_flops_per_sample", forward_flops_per_sample)
+    s = v.positive("samples_per_s", samples_per_s)
+    peak = v.positive("peak", peak)
+    return (3 if v.boolean("training", training) else 1) * f * s / peak
+
+
+def forward_flops(model, x) -> float:
+    """Forward FLOPs of ``model`` on ``x`` (labkit.perf.ops.count_ops)."""
+    import torch
+
+    from labkit.perf.ops import count_ops
+
+    with torch.no_grad():
+        return count_ops(lambda: model(torch.as_tensor(x))).flops
+
+
+# ------------------------------------------------------------------------ energy
+RAPL_GLOB = "/sys/class/powercap/intel-rapl:*/energy_uj"
+# TDP model: AMD EPYC 7763 (Zen 3 "Milan", CPU family 25 model 1), 280 W default TDP over
+# 64 cores (AMD EPYC 7763 product page). An ASSUMPTION about this machine's package.
+TDP_WATTS_PER_CORE = 280.0 / 64
+
+
+def read_rapl() -> float | None:
+    """Joules from the package RAPL counters, or None when absent or unreadable (most VMs
+    and containers; reading needs root on Linux ≥ 5.10)."""
+    total = 0.0
+    files = glob.glob(RAPL_GLOB)
+    if not files:
+        return None
+    try:
+        for f in files:
+            with open(f) as fh:
+                total += int(fh.read()) / 1e6
+    except (OSError, ValueError):
+        return None
+    return total
+
+
+@dataclass(frozen=True)
+class Energy:
+    joules: float
+    seconds: float
+    method: str            # "RAPL counters" or "TDP model (…)"
+
+    @property
+    def watts(self) -> float:
+        return self.joules / self.seconds
+
+
+def measure_energy(fn, busy_cores: int = 1, watts_per_core: float = TDP_WATTS_PER_CORE) -> Energy:
+    """Run ``fn()`` and estimate its energy: RAPL counters when readable, else a TDP model
+    power = busy cores × TDP per core (an upper-bound model, labelled in ``method``)."""
+    busy_cores = v.integer("busy_cores", busy_cores, low=1)
+    watts_per_core = v.positive("watts_per_core", watts_per_core)
+    e0 = read_rapl()
+    t0 = time.perf_counter()
+    fn()
+    secs = time.perf_counter() - t0
+    e1 = read_rapl()
+    if e0 is not None and e1 is not None and e1 > e0:
+        return Energy(e1 - e0, secs, "RAPL counters (whole package, measured)")
+    return Energy(secs * busy_cores * watts_per_core, secs,
+                  f"TDP model: {busy_cores} core(s) × {watts_per_core:.2f} W (NOT measured)")
+
+
+def stability(name: str = "mlp", seeds=(0, 1, 2), epochs: int = 8, data=None):
+    """Test accuracies of ``name`` trained from several seeds: (mean, std, accuracies)."""
+    accs = [train(name, s, epochs, data=data).test_accuracy for s in seeds]
+    return float(np.mean(accs)), float(np.std(accs, ddof=1)) if len(accs) > 1 else 0.0, accs

@@ -1,0 +1,171 @@
+"""Widgets of chapters 01 and 12: each wires controls to a labkit function and a plot."""
+from __future__ import annotations
+
+from labkit import validate as v
+from labkit.perf.machine import Roofline
+
+GPU_KEYS = ("A100", "H100", "H200")
+
+
+# ------------------------------------------------------------------ chapter 01
+def show_roofline(batch: int, gpu: str, precision: str, machine: Roofline):
+    """Where one SimpleNet training step (batch ``batch``) lands on this machine's roofline
+    and on a data-sheet GPU's."""
+    import matplotlib.pyplot as plt
+
+    from labkit.perf.machine import datasheet, plot_roofline
+    from labkit.perf.stack import simplenet_counts
+
+    c = simplenet_counts(batch)
+    roof = datasheet(gpu, precision)
+    print(f"SimpleNet step, batch {batch}: {c.flops:,.0f} FLOPs, {c.bytes:,.0f} bytes, "
+          f"intensity {c.intensity:.2f} FLOP/byte")
+    for m in (machine, roof):
+        print(f"  {m.name}: ridge {m.ridge:.1f} FLOP/byte → {m.bound(c.intensity)}, "
+              f"at least {m.min_time(c.flops, c.bytes) * 1e6:.3g} µs")
+    fig = plot_roofline([roof, machine], [(f"SimpleNet step (B={batch})", c.intensity)])
+    plt.show()
+    plt.close(fig)
+
+
+def roofline_widget(machine: Roofline):
+    """Batch slider, GPU and precision: the SimpleNet step on two rooflines."""
+    import ipywidgets as w
+
+    if not isinstance(machine, Roofline):
+        raise TypeError(f"machine must be a labkit.perf.Roofline (measure_machine()), got "
+                        f"{type(machine).__name__}")
+    return w.interactive(
+        show_roofline,
+        batch=w.IntSlider(value=5, min=1, max=4096, step=1, description="batch"),
+        gpu=w.Dropdown(options=GPU_KEYS, value="H100", description="GPU"),
+        precision=w.Dropdown(options=("fp32", "bf16"), value="fp32", description="precision"),
+        machine=w.fixed(machine))
+
+
+def show_cnn_batch(batch: int, launch_us: float, gpu: str, cpu_runs):
+    """Predicted GPU throughput of the CNN step against measured CPU runs."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from labkit.perf.stack import predict_cnn
+
+    p = predict_cnn(batch, gpu, launch_s=launch_us * 1e-6)
+    print(f"PREDICTED {gpu} (data-sheet roofline, {launch_us:g} µs per launch): batch {batch}: "
+          f"{p.samples_per_s:,.0f} samples/s, copy share {p.copy_share:.0%}, "
+          f"utilisation {p.utilisation:.1%}")
+    batches = np.unique(np.geomspace(1, 1024, 21).astype(int))
+    pred = [predict_cnn(int(b), gpu, launch_s=launch_us * 1e-6).samples_per_s for b in batches]
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    ax.loglog(batches, pred, "--", label=f"{gpu}: PREDICTED (roofline + launches)")
+    ax.plot([batch], [p.samples_per_s], "o", color="C0")
+    if cpu_runs:
+        ax.loglog([r.batch for r in cpu_runs], [r.samples_per_s for r in cpu_runs], "s-",
+                  color="C1", label="this CPU: measured")
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("samples / s")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    plt.show()
+    plt.close(fig)
+
+
+def cnn_batch_widget(cpu_runs=()):
+    """Batch and launch-cost sliders over the predicted GPU curve and measured CPU points."""
+    import ipywidgets as w
+
+    from labkit.perf.stack import CnnRun
+
+    cpu_runs = tuple(cpu_runs)
+    if not all(isinstance(r, CnnRun) for r in cpu_runs):
+        raise TypeError("cpu_runs must hold CnnRun results of run_cnn()")
+    return w.interactive(
+        show_cnn_batch,
+        batch=w.IntSlider(value=32, min=1, max=1024, description="batch"),
+        launch_us=w.FloatSlider(value=0.0, min=0.0, max=20.0, step=0.5, description="launch µs"),
+        gpu=w.Dropdown(options=GPU_KEYS, value="H100", description="GPU"),
+        cpu_runs=w.fixed(cpu_runs))
+
+
+# ------------------------------------------------------------------ chapter 12
+def show_noise(interference: float, n: int, jitter: float, seed: int = 0):
+    """Simulated timings on a shared machine: what the mean, median and its bootstrap
+    interval do as a neighbour steals the core more often."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from labkit.perf.stats import bootstrap_ci, noisy_samples
+
+    x = noisy_samples(n, base=1e-3, jitter=jitter, interference=interference, seed=seed)
+    ci = bootstrap_ci(x)
+    print(f"true time 1.000 ms | mean {x.mean() * 1e3:.3f} ms | median {np.median(x) * 1e3:.3f} "
+          f"ms, 95 % CI [{ci.low * 1e3:.3f}, {ci.high * 1e3:.3f}] | min {x.min() * 1e3:.3f} ms")
+    fig, ax = plt.subplots(figsize=(6.5, 3))
+    ax.hist(x * 1e3, bins=40, color="0.6")
+    for val, lab, col in ((x.mean(), "mean", "C3"), (np.median(x), "median", "C0")):
+        ax.axvline(val * 1e3, color=col, label=lab)
+    ax.axvspan(ci.low * 1e3, ci.high * 1e3, color="C0", alpha=0.2, label="95 % CI of median")
+    ax.set_xlabel("ms per call")
+    ax.set_ylabel("samples")
+    ax.legend(fontsize=8)
+    plt.show()
+    plt.close(fig)
+
+
+def noise_widget():
+    import ipywidgets as w
+
+    return w.interactive(
+        show_noise,
+        interference=w.FloatSlider(value=0.1, min=0.0, max=0.6, step=0.05,
+                                   description="interference"),
+        n=w.IntSlider(value=50, min=5, max=500, step=5, description="samples"),
+        jitter=w.FloatSlider(value=0.05, min=0.0, max=0.5, step=0.01, description="jitter σ"),
+        seed=w.fixed(0))
+
+
+def show_deploy(max_kb: float, max_latency_ms: float, slowdown: float, variants):
+    """Which deployment variants fit a size and latency budget on a target ``slowdown``
+    times slower than this machine."""
+    import matplotlib.pyplot as plt
+
+    from labkit.perf.deploy import Budget, fits
+
+    budget = Budget("target", max_kb * 1e3, max_latency_ms * 1e-3, slowdown)
+    res = fits(list(variants), budget)
+    print(f"budget: ≤ {max_kb:g} kB, ≤ {max_latency_ms:g} ms on a target {slowdown:g}× slower "
+          f"than this machine")
+    for var, ok, why in res:
+        print(f"{'✔' if ok else '✘'} {var.name:18s} {var.bytes / 1e3:7.1f} kB  "
+              f"acc {var.accuracy:.3f}  {why}")
+    fig, ax = plt.subplots(figsize=(6, 3))
+    for var, ok, _ in res:
+        ax.plot(var.bytes / 1e3, var.latency_s * slowdown * 1e3, "o" if ok else "x", ms=9,
+                label=var.name)
+    ax.axvline(max_kb, color="0.5", ls="--")
+    ax.axhline(max_latency_ms, color="0.5", ls="--")
+    ax.set_xlabel("size (kB)")
+    ax.set_ylabel("latency on target (ms)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    plt.show()
+    plt.close(fig)
+
+
+def deploy_widget(variants):
+    """Size budget (first slider), latency budget, and target slowdown over measured
+    deployment variants (``labkit.perf.deploy.variants``)."""
+    import ipywidgets as w
+
+    from labkit.perf.deploy import Variant
+
+    variants = tuple(variants)
+    if not variants or not all(isinstance(x, Variant) for x in variants):
+        raise TypeError("variants must be a non-empty list of labkit.perf.deploy.Variant")
+    return w.interactive(
+        show_deploy,
+        max_kb=w.FloatSlider(value=100.0, min=5.0, max=200.0, step=5.0, description="max kB"),
+        max_latency_ms=w.FloatSlider(value=1.0, min=0.05, max=10.0, step=0.05,
+                                     description="max ms"),
+        slowdown=w.FloatSlider(value=10.0, min=1.0, max=50.0, step=1.0, description="slowdown"),
+        variants=w.fixed(variants))

@@ -1,0 +1,61 @@
+"""Rooflines and operator counts: closed forms, data sheets, PyTorch's flop counter."""
+import pytest
+import torch
+
+from labkit.hardware import GPUS
+from labkit.perf.machine import (Roofline, datasheet, measure_bandwidth, measure_peak_flops)
+from labkit.perf.ops import count_ops
+from labkit.perf.stack import simplenet_counts, simplenet_step_flops, cnn_step_counts
+
+
+def test_roofline_closed_forms():
+    r = Roofline("toy", peak=100.0, bandwidth=10.0, source="test")
+    assert r.ridge == 10.0
+    assert r.attainable(1.0) == 10.0 and r.attainable(50.0) == 100.0
+    assert r.min_time(1000, 10) == 10.0 and r.min_time(10, 1000) == 100.0
+    assert r.bound(9.9) == "memory-bound" and r.bound(10.0) == "compute-bound"
+    with pytest.raises(ValueError, match="intensity must be > 0"):
+        r.attainable(0.0)
+
+
+@pytest.mark.parametrize("key", ["A100", "H100", "H200"])
+def test_datasheet_rooflines_come_from_labkit_hardware(key):
+    r = datasheet(key, "bf16")
+    assert r.peak == GPUS[key].peak("bf16") and r.bandwidth == GPUS[key].hbm_bandwidth
+    assert r.ridge == pytest.approx(GPUS[key].ridge("bf16"))
+    assert not r.measured
+
+
+def test_measurements_are_positive_and_validated():
+    assert measure_peak_flops(64, repeats=1) > 0
+    assert measure_peak_flops(64, repeats=1, backend="numpy") > 0
+    assert measure_bandwidth(1, repeats=1) > 0
+    with pytest.raises(ValueError, match="n must be an integer"):
+        measure_peak_flops(8)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        measure_peak_flops(64, backend="jax")
+
+
+@pytest.mark.parametrize("batch, rg", [(5, True), (5, False), (33, True)])
+def test_simplenet_flops_match_the_dispatcher_and_torch(batch, rg):
+    counts = simplenet_counts(batch, input_requires_grad=rg)
+    assert counts.matmul_flops == simplenet_step_flops(batch, input_requires_grad=rg)
+    model = torch.nn.Sequential(torch.nn.Linear(10, 50), torch.nn.ReLU(), torch.nn.Linear(50, 1))
+    x = torch.randn(batch, 10, requires_grad=rg)
+    from torch.utils.flop_counter import FlopCounterMode
+    with FlopCounterMode(display=False) as fc:
+        model(x).sum().backward()
+    assert fc.get_total_flops() == simplenet_step_flops(batch, input_requires_grad=rg)
+
+
+def test_count_ops_bytes_of_one_addmm():
+    a, w, b = torch.randn(8, 16), torch.randn(16, 4), torch.randn(4)
+    c = count_ops(lambda: torch.addmm(b, a, w)).by_name()["addmm"]
+    assert c.calls == 1 and c.flops == 2 * 8 * 16 * 4
+    assert c.bytes == 4 * (4 + 8 * 16 + 16 * 4 + 8 * 4)
+
+
+def test_cnn_first_conv_flops():
+    conv = cnn_step_counts(2).by_name()["convolution"]
+    # conv1: 2 · (B·16·32·32 outputs) · 3·3·3 ; conv2: 2 · (B·32·16·16) · 16·3·3
+    assert conv.flops == 2 * 2 * 16 * 32 * 32 * 27 + 2 * 2 * 32 * 16 * 16 * 144

@@ -1,0 +1,104 @@
+"""Chapter 12's metrics, profiling, framework comparison and deployment."""
+import numpy as np
+import pytest
+
+from labkit.data import load_digits
+from labkit.perf import deploy, frameworks, metrics, profiling, stack
+
+
+@pytest.fixture(scope="module")
+def data():
+    return load_digits(seed=0)
+
+
+@pytest.fixture(scope="module")
+def mlp(data):
+    return metrics.train("mlp", seed=0, epochs=4, data=data)
+
+
+def test_trained_mlp_and_its_memory(mlp, data):
+    assert mlp.test_accuracy > 0.9
+    assert metrics.parameter_bytes(mlp.model) == 4 * (64 * 128 + 128 + 128 * 10 + 10)
+    # saved for backward: x (64x64) and the ReLU output (64x128), shared by the 2nd addmm
+    assert metrics.saved_activation_bytes(mlp.model, data.x_train[:64]) == 4 * (64 * 64 + 64 * 128)
+    assert metrics.forward_flops(mlp.model, data.x_test[:1]) == 2 * (64 * 128 + 128 * 10) + 128
+
+
+def test_latency_percentiles_are_ordered(mlp, data):
+    lat = metrics.latency(mlp.model, data.x_test, requests=30, warmup=2)
+    assert len(lat.samples) == 30 and lat.p50 <= lat.p95 <= lat.p99
+    assert metrics.throughput(mlp.model, data.x_test, batch=32, repeats=2) > 0
+
+
+def test_mfu_closed_form():
+    assert metrics.mfu(1e6, 10.0, 3e7) == pytest.approx(1.0)
+    assert metrics.mfu(1e6, 10.0, 1e7, training=False) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="peak must be > 0"):
+        metrics.mfu(1.0, 1.0, 0.0)
+
+
+def test_energy_uses_rapl_when_readable(tmp_path, monkeypatch):
+    f = tmp_path / "intel-rapl:0"
+    f.mkdir()
+    counter = f / "energy_uj"
+    counter.write_text("1000000")
+    monkeypatch.setattr(metrics, "RAPL_GLOB", str(tmp_path / "intel-rapl:*" / "energy_uj"))
+    e = metrics.measure_energy(lambda: counter.write_text("3500000"))
+    assert e.joules == pytest.approx(2.5) and e.method.startswith("RAPL")
+    monkeypatch.setattr(metrics, "RAPL_GLOB", str(tmp_path / "none" / "energy_uj"))
+    e = metrics.measure_energy(lambda: None, busy_cores=2, watts_per_core=10.0)
+    assert "TDP model" in e.method and "NOT measured" in e.method
+    assert e.joules == pytest.approx(e.seconds * 20.0)
+
+
+def test_per_sample_loss_is_the_same_loss_with_many_more_ops(data):
+    import torch
+    x, y = data.x_train[:16], data.y_train[:16]
+    slow = profiling.loss_step(metrics.digits_mlp(), x, y, batched=False)
+    fast = profiling.loss_step(metrics.digits_mlp(), x, y, batched=True)
+    assert torch.allclose(slow(), fast(), atol=1e-6)
+    p = stack.profile_step(slow, steps=2, warmup=0)
+    calls = {n: c for n, c, _ in profiling.top_ops(p, 50)}
+    assert calls.get("aten::nll_loss_forward") == 16
+
+
+def test_frameworks_agree_and_onnx_matches_torch(tmp_path):
+    same = frameworks.check_same(steps=3)
+    ref = np.array(same["torch eager"])
+    for k, losses in same.items():
+        np.testing.assert_allclose(losses, ref, rtol=1e-5, err_msg=k)
+    assert ref[2] < ref[0]
+    pytest.importorskip("onnxruntime")
+    import torch
+    params = frameworks.init_params(0)
+    m = frameworks.torch_model(params).eval()
+    sess = frameworks.onnx_session(m, tmp_path / "m.onnx")
+    x, _ = frameworks.batch(8)
+    got = sess.run(None, {sess.get_inputs()[0].name: x})[0]
+    np.testing.assert_allclose(got, m(torch.from_numpy(x)).detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_rows_round_trip_and_table(tmp_path):
+    rows = [frameworks.FrameworkRow("torch eager", 2e-3, (1e-3, 3e-3), 1e-3),
+            frameworks.FrameworkRow("ONNX Runtime", None, None, 5e-4, "inference only")]
+    path = frameworks.save_rows(rows, tmp_path / "x.json")
+    assert frameworks.load_rows(path) == rows
+    assert frameworks.load_rows(tmp_path / "missing.json") is None
+    table = frameworks.format_rows(rows)
+    assert "| ONNX Runtime | - | - | 500 | 2.00 | inference only |" in table
+
+
+def test_int8_sizes_and_budget(mlp):
+    layers = [(64, 128), (128, 10)]
+    assert deploy.int8_linear_bytes(layers) == 64 * 128 + 128 * 10 + 4 * 138 + 16
+    assert deploy.fp32_linear_bytes(layers) == 4 * (64 * 128 + 128 * 10 + 138)
+    q = deploy.quantize_int8(mlp.model)
+    assert deploy.state_bytes(mlp.model) / deploy.state_bytes(q) > 2.5
+    vs = [deploy.Variant("a", 40_000, 1e-4, 0.9), deploy.Variant("b", 10_000, 2e-4, 0.9)]
+    res = deploy.fits(vs, deploy.Budget("edge", 30e3, 1e-3, 10))
+    assert [ok for _, ok, _ in res] == [False, False]
+    assert "40.0 kB > 30.0 kB" in res[0][2] and "2.00 ms > 1.00 ms" in res[1][2]
+    assert [ok for _, ok, _ in deploy.fits(vs, deploy.CLOUD)] == [True, True]
+    prog = deploy.export_program(mlp.model)
+    targets = [str(n.target) for n in prog.graph.nodes if n.op == "call_function"]
+    assert len(targets) == 3 and "relu" in targets[1]

@@ -1,0 +1,86 @@
+"""Chapter 01's stack: layers of profiler rows, a profiled step, Little's law, experiment 1."""
+import pytest
+
+from labkit.check.ch01 import LAYER_CASES
+from labkit.hardware import GPUS
+from labkit.perf import stack
+
+
+@pytest.mark.parametrize("name, layer", LAYER_CASES + [
+    ("cudaMalloc", "runtime"), ("sm90_xmma_gemm_f32f32_tf32f32", "kernel libraries"),
+    ("TorchDynamo Cache Lookup", "compiler/graph"), ("aten::empty", "framework")])
+def test_layer_of(name, layer):
+    assert stack.layer_of(name) == layer
+
+
+def test_layer_of_rejects_non_strings():
+    with pytest.raises(TypeError, match="name must be a profiler row name"):
+        stack.layer_of(3)
+
+
+def test_profiled_step_charges_every_layer_and_shows_the_tree():
+    prof = stack.profile_step(stack.simplenet_step(stack.simple_net(), batch=5), steps=3,
+                              warmup=1)
+    assert set(prof.layer_s) == set(stack.LAYERS)
+    assert prof.layer_s["kernel libraries"] > 0 and prof.layer_s["framework"] > 0
+    assert prof.layer_s["compiler/graph"] == 0.0
+    assert "## forward ##  [application]" in prof.tree and "aten::linear  [framework]" in prof.tree
+    names = {r.name for r in prof.rows}
+    assert {"aten::addmm", "aten::mm", "Optimizer.step#SGD.step"} <= names
+    rows = stack.layer_table(prof, 16500.0, 1e11)
+    flops = {r[0]: r[3] for r in rows}
+    assert flops["kernel libraries"] == flops["hardware"] == 16500.0
+    assert flops["framework"] == flops["application"] == 0.0
+    assert dict((r[0], r[1]) for r in rows)["hardware"] == pytest.approx(16500.0 / 1e11)
+    assert "| kernel libraries |" in stack.format_layer_table(rows)
+
+
+def test_simplenet_step_flops_closed_form_and_validation():
+    assert stack.simplenet_step_flops(5) == 3 * 2 * 5 * 500 + 3 * 2 * 5 * 50
+    assert stack.simplenet_step_flops(5, input_requires_grad=False) == 16500 - 5000
+    with pytest.raises(ValueError, match="batch must be an integer >= 1"):
+        stack.simplenet_step_flops(0)
+
+
+def test_littles_law_on_the_h100():
+    h = GPUS["H100"]
+    assert stack.bytes_in_flight(500e-9, h.hbm_bandwidth) == pytest.approx(1.675e6)
+    assert stack.loads_in_flight(500e-9, h.hbm_bandwidth, 4) == pytest.approx(418750)
+    with pytest.raises(ValueError, match="latency_s must be > 0"):
+        stack.bytes_in_flight(0, 1e9)
+
+
+def test_seed_example3_trains_on_the_devices_there_are():
+    import torch
+    losses, ids = stack.seed_example3(epochs=2, n=256)
+    assert ids == list(range(torch.cuda.device_count())) and losses[1] < losses[0]
+
+
+def test_gpu_prediction_is_labelled_and_launches_cost_time():
+    p0 = stack.predict_cnn(32, "H100")
+    p5 = stack.predict_cnn(32, "H100", launch_s=5e-6)
+    assert not p0.measured and "prediction" in p0.note and "predicted" in p0.device
+    calls = sum(o.calls for o in stack.cnn_step_counts(32).ops)
+    assert p5.step_s - p0.step_s == pytest.approx(calls * 5e-6)
+    assert p0.copy_s == pytest.approx(32 * (3 * 32 * 32 * 4 + 8) / stack.PCIE5_X16)
+    assert stack.launch_half_batch(5e-6) >= 2
+
+
+def test_run_cnn_on_the_cpu_is_measured():
+    r = stack.run_cnn(4, steps=1, peak=1e11)
+    assert r.measured and r.copy_s == 0.0 and r.samples_per_s > 0 and r.flops > 0
+    with pytest.raises(ValueError, match="device must be one of"):
+        stack.run_cnn(4, device="tpu")
+
+
+@pytest.mark.gpu
+def test_cnn_on_the_gpu_is_measured_with_its_copy():
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("needs a real CUDA GPU")
+    r = stack.run_cnn(64, steps=3, device="cuda", peak=GPUS["H100"].peak("fp32"))
+    assert r.measured and 0 < r.copy_share < 1 and r.samples_per_s > 0
+    prof = stack.profile_step(stack.simplenet_step(stack.simple_net().cuda(), device="cuda"),
+                              steps=3, warmup=1)
+    layers = {r.layer for r in prof.rows}
+    assert {"runtime", "kernel libraries", "framework"} <= layers

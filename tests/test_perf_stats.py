@@ -1,0 +1,106 @@
+"""labkit.perf statistics and timing: percentiles, intervals, speedups, benchmark()."""
+import math
+
+import numpy as np
+import pytest
+
+from labkit.perf import benchmark, interleaved, threads, time_call
+from labkit.perf.stats import (bootstrap_ci, noisy_samples, percentile, speedup_ci, t_ci)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 100])
+@pytest.mark.parametrize("q", [0, 12.5, 50, 95, 99, 100])
+def test_percentile_matches_numpy_linear(n, q):
+    x = np.random.default_rng(n).lognormal(0, 1, n)
+    assert percentile(x, q) == pytest.approx(float(np.percentile(x, q)), rel=1e-12)
+
+
+def test_percentile_rejects_bad_input():
+    with pytest.raises(ValueError, match=r"q must be in \[0, 100\]"):
+        percentile([1.0, 2.0], 101)
+    with pytest.raises(ValueError, match="samples must not be empty"):
+        percentile([], 50)
+
+
+def test_t_interval_closed_form():
+    ci = t_ci([1, 2, 3, 4, 5])
+    # mean 3, s = sqrt(2.5), t_{0.975, 4} = 2.776445
+    half = 2.7764451 * math.sqrt(2.5) / math.sqrt(5)
+    assert ci.estimate == 3 and ci.low == pytest.approx(3 - half, rel=1e-6)
+    assert ci.high == pytest.approx(3 + half, rel=1e-6) and ci.method == "t"
+
+
+def test_bootstrap_interval_contains_median_and_shrinks_with_n():
+    rng = np.random.default_rng(0)
+    small = rng.lognormal(0, 0.2, 20)
+    big = rng.lognormal(0, 0.2, 2000)
+    a, b = bootstrap_ci(small), bootstrap_ci(big)
+    assert a.low <= np.median(small) <= a.high and b.low <= np.median(big) <= b.high
+    assert b.high - b.low < (a.high - a.low) / 4      # width ~ 1/sqrt(n): 10x more → ~1/10
+    assert 0.99 < b.estimate / np.exp(0) < 1.03 or b.low < 1 < b.high
+
+
+def test_speedup_interval_covers_the_true_ratio():
+    rng = np.random.default_rng(1)
+    a = rng.lognormal(np.log(2e-3), 0.05, 60)
+    b = rng.lognormal(np.log(1e-3), 0.05, 60)
+    ci = speedup_ci(a, b)
+    assert ci.low < 2.0 < ci.high and ci.estimate == pytest.approx(np.median(a) / np.median(b))
+    with pytest.raises(ValueError, match="timings must be > 0"):
+        speedup_ci([1.0, -1.0], [1.0, 1.0])
+
+
+def test_noise_moves_the_mean_not_the_median():
+    x = noisy_samples(400, base=1e-3, jitter=0.02, interference=0.3, slowdown=3, seed=0)
+    assert abs(np.median(x) / 1e-3 - 1) < 0.05
+    assert x.mean() / 1e-3 > 1.4                      # 1 + 0.3 * 2 = 1.6 expected
+    assert np.all(noisy_samples(10, interference=0.0, jitter=0.0) == 1e-3)
+    with pytest.raises(ValueError, match=r"interference must be in \[0, 1\]"):
+        noisy_samples(10, interference=1.5)
+
+
+def test_benchmark_counts_calls_and_time_call_is_the_same():
+    calls = []
+    t = benchmark(lambda: calls.append(1), repeats=4, warmup=3, number=5)
+    assert len(calls) == 3 + 4 * 5 and len(t.samples) == 4 and t.clock == "perf_counter"
+    assert t.percentile(50) == pytest.approx(t.median)
+    assert t.ci().low <= t.median <= t.ci().high
+    calls.clear()
+    time_call(lambda: calls.append(1), repeats=2, warmup=1, number=2)
+    assert len(calls) == 1 + 2 * 2
+    with pytest.raises(ValueError, match="device must be one of"):
+        benchmark(lambda: None, device="tpu")
+    with pytest.raises(TypeError, match="fn must be callable"):
+        benchmark(3)
+
+
+def test_benchmark_calls_sync_around_each_sample():
+    log = []
+    benchmark(lambda: log.append("f"), repeats=2, warmup=0, sync=lambda: log.append("s"))
+    assert log == ["s", "f", "s", "s", "f", "s"]
+
+
+def test_interleaved_alternates():
+    order = []
+    out = interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")},
+                      repeats=3, warmup=0)
+    assert order == ["a", "b"] * 3 and set(out) == {"a", "b"}
+
+
+def test_threads_restores_torch_threads():
+    import torch
+    before = torch.get_num_threads()
+    with threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.gpu
+def test_benchmark_times_cuda_with_events():
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("needs a real CUDA GPU")
+    a = torch.randn(2048, 2048, device="cuda")
+    t = benchmark(lambda: a @ a, repeats=5, warmup=2, device="cuda")
+    host = benchmark(lambda: a @ a, repeats=5, warmup=2)          # no sync: the launch only
+    assert t.clock == "cuda events" and t.median > host.median

@@ -1,0 +1,45 @@
+"""Chapter 01 and 12 widgets build, validate, and their first slider changes the output."""
+import matplotlib
+import pytest
+
+from labkit.perf import widgets
+from labkit.perf.deploy import Variant
+from labkit.perf.machine import Roofline
+
+matplotlib.use("Agg")
+
+ROOF = Roofline("test machine", 1e11, 2e10, "test", True)
+VARIANTS = (Variant("fp32 eager", 40_000, 5e-5, 0.95), Variant("int8 dynamic", 13_000, 9e-5, 0.95))
+
+
+@pytest.mark.parametrize("build", [lambda: widgets.roofline_widget(ROOF),
+                                   lambda: widgets.cnn_batch_widget(()),
+                                   widgets.noise_widget,
+                                   lambda: widgets.deploy_widget(VARIANTS)])
+def test_first_slider_changes_output(build, capsys):
+    w = build()
+    before = capsys.readouterr().out
+    slider = w.children[0]
+    slider.value = slider.value + 8 * slider.step
+    after = capsys.readouterr().out
+    assert before and after and before != after
+    matplotlib.pyplot.close("all")
+
+
+def test_widgets_validate_before_building():
+    with pytest.raises(TypeError, match="machine must be a labkit.perf.Roofline"):
+        widgets.roofline_widget("cpu")
+    with pytest.raises(TypeError, match="cpu_runs must hold CnnRun"):
+        widgets.cnn_batch_widget([1])
+    with pytest.raises(TypeError, match="variants must be a non-empty list"):
+        widgets.deploy_widget([])
+
+
+def test_roofline_and_deploy_numbers(capsys):
+    widgets.show_roofline(5, "H100", "fp32", ROOF)
+    out = capsys.readouterr().out
+    assert "ridge 20.0 FLOP/byte → memory-bound" in out and "17,653 FLOPs" in out
+    widgets.show_deploy(30.0, 1.0, 10.0, VARIANTS)
+    out = capsys.readouterr().out
+    assert "✘ fp32 eager" in out and "✔ int8 dynamic" in out
+    matplotlib.pyplot.close("all")
