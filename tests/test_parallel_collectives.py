@@ -140,10 +140,10 @@ def test_bad_inputs_raise_clear_errors():
         all_reduce([np.ones(2)] * 2, "butterfly")
     with pytest.raises(ValueError, match="1-D"):
         all_reduce([np.ones((2, 2))] * 2, "tree")
-    with pytest.raises(ValueError, match="root must be in"):
+    with pytest.raises(ValueError, match=r"root must be an integer in \[0, 3\]"):
         broadcast(np.ones(3), 4, root=4)
     with pytest.raises(ValueError, match="world must be"):
         broadcast(np.ones(3), 0)
-    with pytest.raises(ValueError, match="world must be >= 1"):
+    with pytest.raises(ValueError, match="world must be an integer >= 1"):
         chunk_bounds(5, 0)
     assert chunk_bounds(7, 3) == (0, 3, 5, 7)

@@ -21,8 +21,7 @@ def test_single_bucket_no_overlap_equals_compute_plus_allreduce():
     r = dp_sim.simulate_step(M, HW, 8, "ddp_no_overlap", bucket_mb=1e6)
     nbytes = M.params * 4
     a, b = HW.alpha_beta(8)
-    ar = collective_time("all_reduce", "ring", nbytes, 8, alpha=a, beta=b,
-                         gamma=4 / HW.gpu_flops / 4)
+    ar = collective_time("all_reduce", "ring", nbytes, 8, alpha=a, beta=b, gamma=HW.gamma)
     assert len(r.buckets) == 1 and r.buckets[0] == pytest.approx(nbytes)
     assert r.exposed_comm == pytest.approx(ar)
     assert r.comm_time == pytest.approx(ar)
@@ -114,3 +113,58 @@ def test_link_byte_maps_side_by_side():
     assert [np.asarray(im).sum() for im in images] == [r.link_bytes().sum() for r in runs]
     with pytest.raises(ValueError, match="at least one"):
         draw.plot_link_bytes()
+
+
+def test_constants_are_named_and_come_from_the_data_sheets():
+    from labkit.hardware import GPUS
+    for hw in dp_sim.HARDWARE.values():
+        gpu = GPUS[hw.gpu]
+        assert hw.precision == "fp16"                       # one precision for every preset
+        assert hw.gpu_flops == pytest.approx(gpu.peak("fp16") * dp_sim.SUSTAINED_FRACTION)
+        assert hw.gamma == pytest.approx(3 / gpu.hbm_bandwidth)
+        assert hw.optimizer_time(1e9) == pytest.approx(20e9 / gpu.hbm_bandwidth)
+    # H100's FP16 tensor-core peak is 989.5 TFLOPS (data sheet), sustained at 40 %
+    assert dp_sim.HARDWARE["8× H100 NVLink (DGX H100)"].gpu_flops == pytest.approx(395.8e12)
+
+
+def test_optimizer_and_events_per_mode():
+    for mode in dp_sim.MODES:
+        r = dp_sim.simulate_step(M, HW, 4, mode)
+        opt = [e for e in r.events if e.kind == "optimizer"]
+        assert len(opt) == 1 and opt[0].end == pytest.approx(r.step_time)
+        assert opt[0].end - opt[0].start == pytest.approx(HW.optimizer_time(M.params))
+    dp = dp_sim.simulate_step(M, HW, 4, "dp")
+    assert {e.kind for e in dp.events} == {"overhead", "forward", "backward", "comm",
+                                           "optimizer"}
+    ddp = dp_sim.simulate_step(M, HW, 4, "ddp", bucket_mb=5)
+    comm = [e for e in ddp.events if e.kind == "comm"]
+    assert len(comm) == len(ddp.buckets) > 1
+    assert all(b.start >= a.end - 1e-15 for a, b in zip(comm, comm[1:]))   # one at a time
+
+
+def test_timeline_takes_any_event_kind():
+    import matplotlib
+    matplotlib.use("Agg")
+    from labkit.parallel import draw
+    from labkit.parallel.dp_sim import Event
+
+    class Custom:
+        events = (Event("stage 0", 0, 1e-3, "F0", "pipeline-forward"),
+                  Event("stage 1", 1e-3, 2e-3, "F0", "pipeline-forward"),
+                  Event("stage 1", 2e-3, 3e-3, "idle", "bubble"))
+    fig = draw.plot_timeline(Custom(), title="two stages")
+    ax = fig.axes[0]
+    assert len(ax.patches) == 3 and ax.get_title() == "two stages"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["pipeline-forward", "bubble"]
+    # new kinds get colours of their own, distinct from each other and from known kinds
+    from matplotlib.colors import to_hex
+    mixed = type("Mixed", (), {"events": Custom.events + (
+        Event("stage 0", 3e-3, 4e-3, "B0", "backward"),)})()
+    fig2 = draw.plot_timeline(mixed)
+    faces = {}
+    for bar, e in zip(fig2.axes[0].patches, mixed.events):
+        faces.setdefault(e.kind, set()).add(to_hex(bar.get_facecolor()))
+    assert all(len(v) == 1 for v in faces.values()) and len(set().union(*faces.values())) == 3
+    assert faces["backward"] == {to_hex("tab:orange")}
+    matplotlib.pyplot.close(fig2)
+    matplotlib.pyplot.close(fig)

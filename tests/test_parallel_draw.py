@@ -5,7 +5,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from labkit.parallel import all_reduce, compression, coverage, dp_sim, draw, widgets  # noqa: E402
+from labkit.parallel import all_reduce, compression, coverage, dp_sim, draw  # noqa: E402
 from labkit.parallel.launch import fit_alpha_beta  # noqa: E402
 
 
@@ -39,20 +39,6 @@ def test_other_plots_return_figures():
         plt.close(f)
     # non-powers of two skip power-of-two-only algorithms
     assert set(draw.cost_curves("all_gather", 6, [1e3], alpha=0, beta=1).seconds) == {"ring"}
-
-
-def test_widgets_build_and_redraw():
-    pytest.importorskip("ipywidgets")
-    w = widgets.collective_explorer(world=3, algorithm="tree")
-    sliders = [c for box in w.children[:2] for c in box.children
-               if type(c).__name__ == "IntSlider"]
-    assert [s.description for s in sliders] == ["world", "step"]
-    sliders[0].value = 5                                 # redraw must not raise
-    c = widgets.cost_explorer()
-    assert c.children[0].description == "log10_bytes"
-    s = widgets.scaling_explorer()
-    assert s.children[0].description == "per_gpu_batch"
-    plt.close("all")
 
 
 def test_demo_data_errors():

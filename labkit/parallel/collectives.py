@@ -30,6 +30,8 @@ from typing import Sequence
 
 import numpy as np
 
+from labkit import validate as V
+
 ALLREDUCE_ALGORITHMS = ("naive", "ring", "tree", "recursive_halving_doubling")
 REDUCE_SCATTER_ALGORITHMS = ("ring", "pairwise", "recursive_halving")
 ALLGATHER_ALGORITHMS = ("ring", "recursive_doubling")
@@ -85,36 +87,52 @@ class CollectiveRun:
 
 # ---- validation and bookkeeping ----------------------------------------------------------
 
-def _validate(data: Sequence[np.ndarray], *, min_size: int = 1) -> list[np.ndarray]:
+def _validate(data: Sequence[np.ndarray], *, min_size: int = 1,
+              name: str = "data") -> list[np.ndarray]:
+    """Per-rank numeric 1-D arrays of one shape and dtype, whose sum cannot overflow."""
     if isinstance(data, np.ndarray) and data.ndim == 2:
         data = list(data)
     if not isinstance(data, (list, tuple)) or len(data) < 1:
-        raise ValueError(f"data must be a non-empty list of per-rank 1-D arrays (world >= 1), "
-                         f"got {type(data).__name__} of length "
-                         f"{len(data) if hasattr(data, '__len__') else '?'}")
-    arrays = [np.asarray(a) for a in data]
+        raise (TypeError if not isinstance(data, (list, tuple)) else ValueError)(
+            f"{name} must be a non-empty list of per-rank 1-D arrays (world >= 1), got "
+            f"{type(data).__name__} of length "
+            f"{len(data) if hasattr(data, '__len__') else '?'}")
+    arrays = [V.array(f"{name}[{r}]", a, dtype=None, allow_empty=True)
+              for r, a in enumerate(data)]
     shape = arrays[0].shape
     if arrays[0].ndim != 1:
-        raise ValueError(f"each rank's array must be 1-D, got shape {shape}")
+        raise ValueError(f"{name}: each rank's array must be 1-D, got shape {shape}")
     for r, a in enumerate(arrays):
         if a.shape != shape:
-            raise ValueError(f"every rank needs the same size: rank 0 has {shape}, rank {r} "
-                             f"has {a.shape}")
+            raise ValueError(f"{name}: every rank needs the same size: rank 0 has {shape}, "
+                             f"rank {r} has {a.shape}")
         if a.dtype != arrays[0].dtype:
-            raise ValueError(f"every rank needs the same dtype: rank 0 has {arrays[0].dtype}, "
-                             f"rank {r} has {a.dtype}")
+            raise ValueError(f"{name}: every rank needs the same dtype: rank 0 has "
+                             f"{arrays[0].dtype}, rank {r} has {a.dtype}")
     if shape[0] < min_size:
-        raise ValueError(f"size must be >= {min_size} elements (one per chunk, world = "
-                         f"{len(arrays)}), got {shape[0]}")
+        raise ValueError(f"{name}: size must be >= {min_size} elements (one per chunk, world "
+                         f"= {len(arrays)}), got {shape[0]}")
+    _check_no_overflow(name, arrays)
     return arrays
+
+
+def _check_no_overflow(name: str, arrays: list[np.ndarray]) -> None:
+    """Integer sums wrap around silently in numpy (2**62 × 4 = 0 in int64): refuse them."""
+    dt = arrays[0].dtype
+    if dt.kind not in "iu" or not arrays[0].size:
+        return
+    info = np.iinfo(dt)
+    total = sum(np.abs(a.astype(np.float64)) for a in arrays)   # bounds every partial sum
+    if float(np.max(total)) > float(info.max) * (1 - 1e-12):
+        raise ValueError(f"{name}: the sum of {len(arrays)} ranks' {dt} values overflows "
+                         f"{dt} (|sum| up to {float(np.max(total)):.3g} > {info.max}); "
+                         f"use a wider integer or a float dtype")
 
 
 def chunk_bounds(size: int, world: int) -> tuple[int, ...]:
     """Element offsets of ``world`` chunks as ``np.array_split`` cuts them (len world+1)."""
-    if world < 1:
-        raise ValueError(f"world must be >= 1, got {world}")
-    if size < 0:
-        raise ValueError(f"size must be >= 0, got {size}")
+    world = V.integer("world", world, low=1)
+    size = V.integer("size", size, low=0)
     q, rem = divmod(size, world)
     sizes = [q + (1 if i < rem else 0) for i in range(world)]
     return tuple(int(x) for x in np.concatenate([[0], np.cumsum(sizes)]))
@@ -144,8 +162,7 @@ def _is_pow2(p: int) -> bool:
 
 
 def _check_algorithm(name: str, allowed: tuple[str, ...]) -> None:
-    if name not in allowed:
-        raise ValueError(f"algorithm must be one of {allowed}, got {name!r}")
+    V.one_of("algorithm", name, allowed)
 
 
 # ---- phases (they share a _Sim and return the next free step number) -----------------
@@ -247,6 +264,7 @@ def all_reduce(data: Sequence[np.ndarray], algorithm: str = "ring", *,
     ``torch.distributed.all_reduce`` does; otherwise they are copied first.
     """
     _check_algorithm(algorithm, ALLREDUCE_ALGORITHMS)
+    V.boolean("inplace", inplace)
     p_guess = len(data) if hasattr(data, "__len__") else 0
     chunked = algorithm in ("ring", "recursive_halving_doubling")
     arrays = _validate(data, min_size=p_guess if chunked else 1)
@@ -327,15 +345,12 @@ def all_gather(chunks: Sequence[np.ndarray], algorithm: str = "ring") -> Collect
     """
     _check_algorithm(algorithm, ALLGATHER_ALGORITHMS)
     if not isinstance(chunks, (list, tuple)) or len(chunks) < 1:
-        raise ValueError("chunks must be a non-empty list of per-rank 1-D arrays (world >= 1)")
-    parts = [np.asarray(c) for c in chunks]
+        raise (TypeError if not isinstance(chunks, (list, tuple)) else ValueError)(
+            "chunks must be a non-empty list of per-rank 1-D arrays (world >= 1)")
+    parts = [V.array(f"chunks[{r}]", c, dtype=None, ndim=1) for r, c in enumerate(chunks)]
     p = len(parts)
-    if any(c.ndim != 1 for c in parts):
-        raise ValueError("each rank's chunk must be 1-D")
-    if any(c.size < 1 for c in parts):
-        raise ValueError("size of every rank's chunk must be >= 1 element")
     if len({c.dtype for c in parts}) != 1:
-        raise ValueError("every rank's chunk needs the same dtype")
+        raise ValueError("chunks: every rank's chunk needs the same dtype")
     if algorithm == "recursive_doubling" and not _is_pow2(p):
         raise ValueError(f"world must be a power of two for recursive_doubling, got {p}; "
                          f"use algorithm='ring'")
@@ -362,13 +377,9 @@ def broadcast(data: np.ndarray, world: int, root: int = 0,
     ⌈lg p⌉ steps (T05 §4.1). Ranks are renumbered so that the root is 0.
     """
     _check_algorithm(algorithm, BROADCAST_ALGORITHMS)
-    if int(world) != world or world < 1:
-        raise ValueError(f"world must be an integer >= 1, got {world!r}")
-    if not 0 <= root < world:
-        raise ValueError(f"root must be in [0, {world - 1}], got {root}")
-    x = np.asarray(data)
-    if x.ndim != 1 or x.size < 1:
-        raise ValueError(f"data must be a non-empty 1-D array, got shape {x.shape}")
+    world = V.integer("world", world, low=1)
+    root = V.integer("root", root, low=0, high=world - 1)
+    x = V.array("data", data, dtype=None, ndim=1)
     bufs = [x.copy() if r == root else np.zeros_like(x) for r in range(world)]
     # relative rank v lives at physical rank (v + root) % world
     perm = [(v + root) % world for v in range(world)]
@@ -421,6 +432,10 @@ def simulated_time(run: CollectiveRun, *, alpha: float, beta: float,
     Each step costs α + β·(largest message) + γ·(largest reduced message): messages of one
     step go over different links at once. Compare with :func:`cost.collective_time`.
     """
+    if not isinstance(run, CollectiveRun):
+        raise TypeError(f"run must be a CollectiveRun, got {type(run).__name__}")
+    alpha, beta, gamma = (V.nonnegative(k, v) for k, v in
+                          (("alpha", alpha), ("beta", beta), ("gamma", gamma)))
     total = 0.0
     for step in range(run.steps):
         msgs = run.step_messages(step)

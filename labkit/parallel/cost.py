@@ -32,6 +32,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from labkit import validate as V
+
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 ALGORITHMS = {
     "all_reduce": ("naive", "ring", "tree", "recursive_halving_doubling"),
@@ -55,17 +57,15 @@ class CostTerms:
         return self.latency_count * alpha + self.path_bytes * beta + self.reduced_bytes * gamma
 
 
-def _check(op: str, algorithm: str, nbytes: float, world: int) -> None:
-    if op not in ALGORITHMS:
-        raise ValueError(f"op must be one of {OPS}, got {op!r}")
-    if algorithm not in ALGORITHMS[op]:
-        raise ValueError(f"algorithm for {op} must be one of {ALGORITHMS[op]}, got {algorithm!r}")
-    if int(world) != world or world < 1:
-        raise ValueError(f"world must be an integer >= 1, got {world!r}")
-    if nbytes < 0:
-        raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
+def _check(op: str, algorithm: str, nbytes: float, world: int) -> tuple[float, int]:
+    """Validated (nbytes, world); errors name the parameter (labkit.validate)."""
+    V.one_of("op", op, OPS)
+    V.one_of(f"algorithm (for {op})", algorithm, ALGORITHMS[op])
+    world = V.integer("world", world, low=1)
+    nbytes = V.nonnegative("nbytes", nbytes)
     if (op, algorithm) in POW2_ONLY and world & (world - 1):
         raise ValueError(f"world must be a power of two for {op} {algorithm}, got {world}")
+    return nbytes, world
 
 
 def ceil_log2(p: int) -> int:
@@ -74,8 +74,7 @@ def ceil_log2(p: int) -> int:
 
 def cost_terms(op: str, algorithm: str, nbytes: float, world: int) -> CostTerms:
     """The coefficients of α, β, γ and the message/byte totals (table in the module doc)."""
-    _check(op, algorithm, nbytes, world)
-    p, n = int(world), float(nbytes)
+    n, p = _check(op, algorithm, nbytes, world)
     if p == 1:
         return CostTerms(0, 0.0, 0.0, 0, 0.0)
     lg = ceil_log2(p)
@@ -113,9 +112,8 @@ def collective_time(op: str, algorithm: str, nbytes: float, world: int, *, alpha
     ``alpha`` seconds per message, ``beta`` seconds per byte (1 / link bandwidth), ``gamma``
     seconds per byte reduced. Formulas: module docstring (T05; Patarasuk and Yuan 2009).
     """
-    for name, v in (("alpha", alpha), ("beta", beta), ("gamma", gamma)):
-        if v < 0:
-            raise ValueError(f"{name} must be >= 0, got {v!r}")
+    alpha, beta, gamma = (V.nonnegative(k, v) for k, v in
+                          (("alpha", alpha), ("beta", beta), ("gamma", gamma)))
     return cost_terms(op, algorithm, nbytes, world).time(alpha, beta, gamma)
 
 
@@ -124,11 +122,8 @@ BUS_FACTOR_OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "re
 
 def bus_factor(op: str, world: int) -> float:
     """nccl-tests' busbw / algbw: 2(p-1)/p all-reduce; (p-1)/p reduce-scatter, all-gather; 1."""
-    if op not in BUS_FACTOR_OPS:
-        raise ValueError(f"op must be one of {BUS_FACTOR_OPS}, got {op!r}")
-    if int(world) != world or world < 1:
-        raise ValueError(f"world must be an integer >= 1, got {world!r}")
-    p = int(world)
+    V.one_of("op", op, BUS_FACTOR_OPS)
+    p = V.integer("world", world, low=1)
     if op == "all_reduce":
         return 2 * (p - 1) / p
     if op in ("reduce_scatter", "all_gather"):
@@ -138,9 +133,7 @@ def bus_factor(op: str, world: int) -> float:
 
 def algbw(nbytes: float, seconds: float) -> float:
     """Algorithm bandwidth, bytes/s: S / t (nccl-tests)."""
-    if seconds <= 0:
-        raise ValueError(f"seconds must be > 0, got {seconds!r}")
-    return float(nbytes) / seconds
+    return V.nonnegative("nbytes", nbytes) / V.positive("seconds", seconds)
 
 
 def busbw(op: str, nbytes: float, seconds: float, world: int) -> float:
@@ -151,6 +144,8 @@ def busbw(op: str, nbytes: float, seconds: float, world: int) -> float:
 def best_algorithm(op: str, nbytes: float, world: int, *, alpha: float, beta: float,
                    gamma: float = 0.0) -> str:
     """The algorithm with the least modelled time (skipping power-of-two-only ones)."""
+    V.one_of("op", op, OPS)
+    world = V.integer("world", world, low=1)
     times = {}
     for alg in ALGORITHMS[op]:
         if (op, alg) in POW2_ONLY and world & (world - 1):
@@ -164,7 +159,8 @@ def crossover_bytes(world: int, *, alpha: float, beta: float) -> float:
 
     Solve 2(p-1)α + 2(p-1)/p·nβ = 2⌈lg p⌉(α + nβ) for n.
     """
-    p = int(world)
+    p = V.integer("world", world, low=1)
+    alpha, beta = V.nonnegative("alpha", alpha), V.positive("beta", beta)
     lg = ceil_log2(p)
     da = 2 * (p - 1) - 2 * lg          # ring pays this many more latencies
     db = 2 * lg - 2 * (p - 1) / p      # tree pays this much more per byte

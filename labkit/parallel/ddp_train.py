@@ -138,6 +138,272 @@ def run_ddp(world: int, cfg: TrainConfig, backend: str | None = None) -> dict:
     return launch(ddp_worker, world, cfg, backend=backend)[0]
 
 
+
+# ---- lab 9.4: bucketed DDP with gradient hooks and asynchronous all-reduce ----------------
+
+class BucketedDDP:
+    """Reference answer of lab 9.4: DDP's gradient bucketing, written out.
+
+    After Li et al., "PyTorch Distributed: Experiences on Accelerating Data Parallel
+    Training", VLDB 2020, §3.2–3.3, and Stanford CS336 assignment 2 ("DDP with bucketing"):
+
+    * buckets are formed once, in ``reversed(model.parameters())`` order (roughly the
+      order backward produces gradients), each closed as soon as it holds at least
+      ``bucket_cap_bytes`` (:func:`labkit.parallel.dp_sim.make_buckets`);
+    * a ``register_post_accumulate_grad_hook`` on every parameter counts the gradients that
+      are ready; when a bucket's last one arrives, its gradients are flattened into one
+      tensor, divided by the world size (DDP divides before the all-reduce, so the sum is
+      the mean) and all-reduced with ``async_op=True``: communication starts while backward
+      goes on with the earlier layers;
+    * :meth:`finish` waits for every handle and copies each bucket back into ``p.grad``.
+
+    The model must start identical on every rank; like DDP's constructor this broadcasts
+    rank 0's parameters and buffers once.
+    """
+
+    def __init__(self, model, bucket_cap_bytes: float):
+        import torch.distributed as dist
+
+        from labkit.parallel.dp_sim import make_buckets
+        self.model = model
+        self.world = dist.get_world_size()
+        for t in list(model.parameters()) + list(model.buffers()):
+            dist.broadcast(t.data, src=0)
+        params = [p for p in model.parameters() if p.requires_grad][::-1]
+        sizes = [p.numel() * p.element_size() for p in params]
+        self.buckets = [[params[i] for i in b] for b in make_buckets(sizes, bucket_cap_bytes)]
+        self.ready = [0] * len(self.buckets)
+        self.pending = []                      # (bucket index, flat tensor, handle)
+        for k, bucket in enumerate(self.buckets):
+            for p in bucket:
+                p.register_post_accumulate_grad_hook(lambda p, k=k: self._grad_ready(k))
+
+    def _grad_ready(self, k: int) -> None:
+        import torch
+        import torch.distributed as dist
+        self.ready[k] += 1
+        if self.ready[k] == len(self.buckets[k]):
+            flat = torch.cat([p.grad.reshape(-1) for p in self.buckets[k]]) / self.world
+            self.pending.append((k, flat, dist.all_reduce(flat, async_op=True)))
+
+    def finish(self) -> None:
+        """Wait for every bucket's all-reduce; leave the mean gradient in each ``p.grad``."""
+        for k, flat, handle in self.pending:
+            handle.wait()
+            offset = 0
+            for p in self.buckets[k]:
+                n = p.numel()
+                p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
+                offset += n
+        self.pending.clear()
+        self.ready = [0] * len(self.buckets)
+
+
+BUCKET_LAB_LAYERS = (6, 32, 32, 3)      # the check's MLP: 6 parameter tensors, float64
+BUCKET_LAB_CAP = 1000                   # bytes: 3 buckets of 3, 1 and 2 tensors
+
+
+def bucket_lab_model(seed: int = 0):
+    """The MLP lab 9.4 is checked on (same seed → same weights on every rank)."""
+    import torch
+    from torch import nn
+    torch.manual_seed(seed)
+    dims = BUCKET_LAB_LAYERS
+    layers = []
+    for i in range(len(dims) - 1):
+        layers += [nn.Linear(dims[i], dims[i + 1]), nn.Tanh()]
+    return nn.Sequential(*layers[:-1]).double()
+
+
+def bucket_lab_batch(step: int, world: int, per_rank: int = 4):
+    """Step ``step``'s global batch (x, y), the same on every rank; rank r uses rows r·b.."""
+    import torch
+    g = torch.Generator().manual_seed(1000 + step)
+    n = per_rank * world
+    x = torch.randn(n, BUCKET_LAB_LAYERS[0], generator=g, dtype=torch.float64)
+    y = torch.randn(n, BUCKET_LAB_LAYERS[-1], generator=g, dtype=torch.float64)
+    return x, y
+
+
+def bucket_lab_reference_grads(steps: int, world: int, lr: float = 0.1):
+    """Gradients one process gets on the whole global batch, step after step (SGD between)."""
+    import torch
+    model = bucket_lab_model()
+    out = []
+    for step in range(steps):
+        x, y = bucket_lab_batch(step, world)
+        model.zero_grad(set_to_none=True)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        out.append([p.grad.detach().numpy().copy() for p in model.parameters()])
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= lr * p.grad
+    return out
+
+
+class _Handle:
+    """Wraps an all-reduce's Work so the check sees whether ``wait()`` was called."""
+
+    def __init__(self, work, record: dict):
+        self._work, self._record = work, record
+
+    def wait(self, *args, **kwargs):
+        self._record["waited"] = True
+        out = self._work.wait(*args, **kwargs)
+        self._record.setdefault("t_done", time.perf_counter())
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+class _AllReduceSpy:
+    """Stands in for ``torch.distributed.all_reduce``; logs each call's size and phase."""
+
+    def __init__(self, real):
+        self.real, self.calls, self.phase, self.step = real, [], "setup", 0
+
+    def __call__(self, tensor, *args, **kwargs):
+        async_op = kwargs.get("async_op", args[2] if len(args) > 2 else False)
+        rec = {"step": self.step, "numel": int(tensor.numel()), "phase": self.phase,
+               "async": bool(async_op), "waited": not async_op,
+               "t_issue": time.perf_counter()}
+        self.calls.append(rec)
+        work = self.real(tensor, *args, **kwargs)
+        if work is None:
+            rec["t_done"] = time.perf_counter()
+            return None
+        return _Handle(work, rec)
+
+
+def _run_one(rank: int, world: int, payload: bytes, steps: int, lr: float,
+             spy: "_AllReduceSpy") -> dict:
+    import pickle
+    import traceback
+
+    import torch
+    spy.calls, spy.phase = [], "setup"
+    marks = []
+    try:
+        cls = pickle.loads(payload)
+        model = bucket_lab_model()
+        ddp = cls(model, BUCKET_LAB_CAP)
+        grads = []
+        for step in range(steps):
+            spy.step = step
+            x, y = bucket_lab_batch(step, world)
+            b = len(x) // world
+            model.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.mse_loss(model(x[rank * b:(rank + 1) * b]),
+                                                y[rank * b:(rank + 1) * b])
+            spy.phase = "backward"
+            t0 = time.perf_counter()
+            loss.backward()
+            t1 = time.perf_counter()
+            spy.phase = "after backward"
+            ddp.finish()
+            marks.append({"backward": (t0, t1), "finish": (t1, time.perf_counter())})
+            spy.phase = "after finish"
+            grads.append([None if p.grad is None else p.grad.detach().numpy().copy()
+                          for p in model.parameters()])
+            with torch.no_grad():
+                for p in model.parameters():
+                    if p.grad is not None:
+                        p -= lr * p.grad
+        return {"grads": grads, "calls": spy.calls, "marks": marks}
+    except NotImplementedError:
+        return {"missing": True}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(limit=-3), "calls": spy.calls}
+
+
+def bucket_lab_worker(rank: int, world: int, payloads: list, steps: int = 2,
+                      lr: float = 0.1) -> list:
+    """Run each class in ``payloads`` (cloudpickled) for ``steps`` DDP steps.
+
+    For each: ``{"grads": [[array per parameter] per step], "calls": [...]}`` — every
+    ``dist.all_reduce`` call with its size, whether it was issued during ``loss.backward()``
+    and whether its handle was waited — or ``{"missing": True}`` / ``{"error": text}``.
+    """
+    import torch.distributed as dist
+    spy = _AllReduceSpy(dist.all_reduce)
+    dist.all_reduce = spy
+    try:
+        return [_run_one(rank, world, pl, steps, lr, spy) for pl in payloads]
+    finally:
+        dist.all_reduce = spy.real
+
+
+def run_bucket_lab(classes, world: int = 2, steps: int = 2,
+                   timeout_s: float = 20.0) -> list:
+    """Ship each class in ``classes`` to ``world`` gloo processes (by value, with
+    cloudpickle) and run it there (:func:`bucket_lab_worker`); one launch for all of them.
+
+    Returns, per class, the list of per-rank results.
+    """
+    import sys
+
+    import cloudpickle
+
+    from labkit.parallel.launch import launch
+    payloads = []
+    for cls in classes:
+        module = getattr(cls, "__module__", "__main__")
+        mod = sys.modules.get(module)
+        by_value = mod is not None and module != "__main__" and not module.startswith("labkit.")
+        if by_value:
+            cloudpickle.register_pickle_by_value(mod)
+        try:
+            payloads.append(cloudpickle.dumps(cls))
+        finally:
+            if by_value:
+                cloudpickle.unregister_pickle_by_value(mod)
+    per_rank = launch(bucket_lab_worker, world, payloads, steps, backend="gloo",
+                      timeout_s=timeout_s, retries=1)
+    return [[per_rank[r][i] for r in range(world)] for i in range(len(payloads))]
+
+
+LAST_BUCKET_RUN: list = []      # the per-rank results of the last lab 9.4 check (this kernel)
+
+
+@dataclass(frozen=True)
+class BucketTimeline:
+    """When each bucket's all-reduce was in flight, against backward (one rank, one step);
+    ``events`` draw with :func:`labkit.parallel.draw.plot_timeline`."""
+    events: tuple
+    overlapped: int             # all-reduces issued before backward ended
+    buckets: int
+
+    @property
+    def title(self) -> str:
+        return (f"one step of your BucketedDDP on rank 0: {self.overlapped} of {self.buckets} "
+                f"bucket all-reduces started before backward ended")
+
+
+def bucket_timeline(results: list | None = None, rank: int = 0,
+                    step: int = -1) -> BucketTimeline | None:
+    """The timeline of one step of a lab 9.4 run (default: the last check's run, rank 0,
+    last step); None when there is no successful run to show."""
+    from labkit.parallel.dp_sim import Event
+    results = LAST_BUCKET_RUN if results is None else results
+    if not results or "marks" not in results[rank] or not results[rank]["marks"]:
+        return None
+    r = results[rank]
+    k = step % len(r["marks"])
+    b0, b1 = r["marks"][k]["backward"]
+    f0, f1 = r["marks"][k]["finish"]
+    events = [Event("autograd", 0.0, b1 - b0, "backward", "backward"),
+              Event("autograd", f0 - b0, f1 - b0, "finish(): wait, copy back", "wait")]
+    calls = [c for c in r["calls"] if c["step"] == k]
+    for i, c in enumerate(calls):
+        end = c.get("t_done", f1)
+        events.append(Event(f"bucket {i + 1} ({c['numel']} floats)", c["t_issue"] - b0,
+                            max(end, c["t_issue"]) - b0, "all-reduce", "all-reduce in flight"))
+    over = sum(c["t_issue"] < b1 for c in calls)
+    return BucketTimeline(tuple(events), over, len(calls))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: reads torchrun's RANK/WORLD_SIZE/LOCAL_RANK; none means one process."""
     import torch

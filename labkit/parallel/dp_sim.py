@@ -22,6 +22,12 @@ Compute time of a layer = max(FLOPs / sustained FLOP/s, host launch time); backw
 Communication uses :func:`labkit.parallel.cost.collective_time`. A synchronous step waits
 for the slowest rank: ``jitter`` draws each rank's compute slowdown from a log-normal and
 ``slow_rank`` makes one rank that many times slower.
+
+Every modelling constant is a named field of :class:`Hardware` with its source or marked
+as an assumption: the GPU's data sheet comes from :data:`labkit.hardware.GPUS` at one
+``precision`` for every preset (so presets compare like with like), times the
+``sustained_fraction`` a real training step reaches; γ (seconds per byte reduced) and the
+optimizer's time come from HBM bandwidth, since both are memory-bound streams.
 """
 from __future__ import annotations
 
@@ -29,9 +35,28 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from labkit import validate as V
+from labkit.hardware import GPUS
 from labkit.parallel.cost import collective_time
 
 MODES = ("ddp", "ddp_no_overlap", "dp")
+
+SUSTAINED_FRACTION = 0.4
+"""Assumed share of the data-sheet peak a training step sustains. Large-model training
+reports 40–55 % model FLOPs utilisation (PaLM: 46.2 %, Chowdhery et al. 2022, Table 3;
+Megatron-LM: 52 % of peak on A100, Narayanan et al. SC 2021, §5.1); 0.4 is a round,
+conservative assumption, not a measurement."""
+
+REDUCE_BYTES_PER_BYTE = 3.0
+"""γ = this / HBM bandwidth: adding m bytes into a buffer reads 2m and writes m bytes."""
+
+OPTIMIZER_BYTES_PER_PARAM = 20.0
+"""SGD with momentum in fp32 reads weight, gradient and momentum and writes weight and
+momentum: 5 × 4 bytes per parameter, at HBM bandwidth (a memory-bound elementwise pass)."""
+
+PRECISION = "fp16"
+"""One precision for every preset: dense FP16 tensor-core peak (V100 125, A100 312, H100
+989.5 TFLOPS; :mod:`labkit.hardware`), as mixed-precision training runs its matmuls."""
 
 
 @dataclass(frozen=True)
@@ -40,16 +65,41 @@ class Hardware:
 
     ``link_bandwidth`` is one direction of one GPU's GPU-to-GPU bandwidth (what a ring
     all-reduce can drive per hop); ``network_bandwidth`` the same per GPU between nodes.
+    ``link_latency`` / ``network_latency`` (α per message) are assumptions of the right
+    order (a few µs per hop: NCCL's small-message all-reduce on 8 GPUs takes tens of µs
+    over its 2(p-1) steps); measure your own with :mod:`labkit.parallel.launch`.
     """
     name: str
-    gpu_flops: float            # sustained training FLOP/s per GPU
+    gpu: str                    # key of labkit.hardware.GPUS
     link_bandwidth: float       # B/s per direction, within a node
-    link_latency: float         # s per message (α) within a node
+    link_latency: float         # s per message (α) within a node (assumed)
     gpus_per_node: int
     network_bandwidth: float    # B/s per direction per GPU, between nodes
-    network_latency: float      # s per message between nodes
-    launch_overhead: float = 10e-6   # host seconds per kernel launch (Python + driver)
+    network_latency: float      # s per message between nodes (assumed)
+    precision: str = PRECISION
+    sustained_fraction: float = SUSTAINED_FRACTION
+    launch_overhead: float = 10e-6   # host seconds per kernel launch (Python + driver; assumed)
+    reduce_bytes_per_byte: float = REDUCE_BYTES_PER_BYTE
+    optimizer_bytes_per_param: float = OPTIMIZER_BYTES_PER_PARAM
     source: str = ""
+
+    @property
+    def gpu_flops(self) -> float:
+        """Sustained training FLOP/s per GPU: data-sheet peak × ``sustained_fraction``."""
+        return GPUS[self.gpu].peak(self.precision) * self.sustained_fraction
+
+    @property
+    def hbm_bandwidth(self) -> float:
+        return GPUS[self.gpu].hbm_bandwidth
+
+    @property
+    def gamma(self) -> float:
+        """Seconds per byte reduced: a memory-bound add (see REDUCE_BYTES_PER_BYTE)."""
+        return self.reduce_bytes_per_byte / self.hbm_bandwidth
+
+    def optimizer_time(self, params: float) -> float:
+        """Seconds for one optimizer step over ``params`` parameters (memory-bound)."""
+        return params * self.optimizer_bytes_per_param / self.hbm_bandwidth
 
     def alpha_beta(self, world: int) -> tuple[float, float]:
         """α, β of the ring's slowest hop: NVLink/PCIe inside a node, the NIC across nodes."""
@@ -62,25 +112,26 @@ class Hardware:
 GB = 1e9
 HARDWARE = {
     "8× V100 PCIe 3.0": Hardware(
-        "8× V100 PCIe 3.0", 15.7e12 * 0.4, 15.75 * GB / 2, 10e-6, 8, 12.5 * GB / 8, 5e-6,
-        source="V100 datasheet: 15.7 TFLOPS FP32; PCIe 3.0 ×16 = 15.75 GB/s per direction "
-               "(PCI-SIG), shared by GPU pairs behind a switch; 100 Gb/s EDR InfiniBand per node"),
+        "8× V100 PCIe 3.0", "V100", 15.75 * GB / 2, 10e-6, 8, 12.5 * GB / 8, 5e-6,
+        source="GPU rates: labkit.hardware V100 (FP16 tensor core); PCIe 3.0 ×16 = 15.75 "
+               "GB/s per direction (PCI-SIG), shared by GPU pairs behind a switch; 100 Gb/s "
+               "EDR InfiniBand per node"),
     "8× V100 NVLink (DGX-1)": Hardware(
-        "8× V100 NVLink (DGX-1)", 15.7e12 * 0.4, 150 * GB, 5e-6, 8, 50 * GB / 8, 5e-6,
-        source="V100 datasheet: NVLink 2.0 300 GB/s total (150 per direction); DGX-1: "
-               "4× 100 Gb/s EDR InfiniBand per node"),
+        "8× V100 NVLink (DGX-1)", "V100", 150 * GB, 5e-6, 8, 50 * GB / 8, 5e-6,
+        source="GPU rates: labkit.hardware V100 (FP16 tensor core); NVLink 2.0 300 GB/s "
+               "total (150 per direction); DGX-1: 4× 100 Gb/s EDR InfiniBand per node"),
     "8× A100 PCIe 4.0": Hardware(
-        "8× A100 PCIe 4.0", 156e12 * 0.4, 31.5 * GB / 2, 10e-6, 8, 25 * GB, 5e-6,
-        source="A100 datasheet: 156 TFLOPS TF32, PCIe 4.0 64 GB/s (31.5 per direction), "
-               "shared by GPU pairs; 200 Gb/s HDR InfiniBand per GPU"),
+        "8× A100 PCIe 4.0", "A100", 31.5 * GB / 2, 10e-6, 8, 25 * GB, 5e-6,
+        source="GPU rates: labkit.hardware A100 (FP16 tensor core); PCIe 4.0 ×16 64 GB/s "
+               "(31.5 per direction), shared by GPU pairs; 200 Gb/s HDR InfiniBand per GPU"),
     "8× A100 NVLink (DGX A100)": Hardware(
-        "8× A100 NVLink (DGX A100)", 156e12 * 0.4, 300 * GB, 5e-6, 8, 25 * GB, 5e-6,
-        source="A100 datasheet: NVLink 3 600 GB/s total (300 per direction); DGX A100: "
-               "8× 200 Gb/s HDR InfiniBand (25 GB/s per GPU)"),
+        "8× A100 NVLink (DGX A100)", "A100", 300 * GB, 5e-6, 8, 25 * GB, 5e-6,
+        source="GPU rates: labkit.hardware A100 (FP16 tensor core); NVLink 3 600 GB/s total "
+               "(300 per direction); DGX A100: 8× 200 Gb/s HDR InfiniBand (25 GB/s per GPU)"),
     "8× H100 NVLink (DGX H100)": Hardware(
-        "8× H100 NVLink (DGX H100)", 989e12 * 0.4, 450 * GB, 4e-6, 8, 50 * GB, 4e-6,
-        source="H100 SXM datasheet: 989 TFLOPS BF16 dense, NVLink 4 900 GB/s total "
-               "(450 per direction); DGX H100: 8× 400 Gb/s NDR (50 GB/s per GPU)"),
+        "8× H100 NVLink (DGX H100)", "H100", 450 * GB, 4e-6, 8, 50 * GB, 4e-6,
+        source="GPU rates: labkit.hardware H100 SXM (FP16 tensor core); NVLink 4 900 GB/s "
+               "total (450 per direction); DGX H100: 8× 400 Gb/s NDR (50 GB/s per GPU)"),
 }
 
 
@@ -128,11 +179,12 @@ MODELS = {
 
 @dataclass(frozen=True)
 class Event:
+    """One bar of a timeline: ``kind`` is free text (chapters 10 and 11 add their own)."""
     lane: str
     start: float
     end: float
     label: str
-    kind: str      # "forward", "backward", "comm", "optimizer", "overhead"
+    kind: str      # here: "forward", "backward", "comm", "optimizer", "overhead"
 
 
 @dataclass(frozen=True)
@@ -158,16 +210,16 @@ def make_buckets(grad_bytes_reverse, cap_bytes: float) -> list[list[int]]:
     first) and close a bucket as soon as it holds at least ``cap_bytes``.
 
     Returns lists of indices into ``grad_bytes_reverse``. (PyTorch's Reducer caps the first
-    bucket at 1 MB; here all buckets use ``cap_bytes``.)
+    bucket at ``dist._DEFAULT_FIRST_BUCKET_BYTES`` = 1 MiB when the cap is left at its
+    default, and rebuilds the buckets after the first iteration in the order gradients
+    really arrived; here every bucket uses ``cap_bytes``.)
     """
-    if cap_bytes <= 0:
-        raise ValueError(f"cap_bytes must be > 0, got {cap_bytes!r}")
+    cap_bytes = V.positive("cap_bytes", cap_bytes)
     buckets: list[list[int]] = []
     cur: list[int] = []
     size = 0.0
     for i, b in enumerate(grad_bytes_reverse):
-        if b < 0:
-            raise ValueError(f"gradient sizes must be >= 0, got {b!r} at {i}")
+        b = V.nonnegative(f"grad_bytes_reverse[{i}]", b)
         cur.append(i)
         size += b
         if size >= cap_bytes:
@@ -186,89 +238,126 @@ def _rank_slowdowns(world: int, jitter: float, slow_rank: float, seed: int) -> n
     return s
 
 
-def simulate_step(model: ModelProfile, hw: Hardware, world: int, mode: str = "ddp", *,
-                  per_gpu_batch: int = 32, bucket_mb: float = 25.0, bytes_per_grad: int = 4,
-                  jitter: float = 0.0, slow_rank: float = 1.0, seed: int = 0) -> StepResult:
-    """Simulate one training step; see the module docstring for the model of each mode."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if int(world) != world or world < 1:
-        raise ValueError(f"world must be an integer >= 1, got {world!r}")
-    if per_gpu_batch < 1:
-        raise ValueError(f"per_gpu_batch must be >= 1, got {per_gpu_batch!r}")
-    if bucket_mb <= 0:
-        raise ValueError(f"bucket_mb must be > 0, got {bucket_mb!r}")
-    if jitter < 0 or slow_rank < 1:
-        raise ValueError(f"jitter must be >= 0 and slow_rank >= 1, got {jitter}, {slow_rank}")
+@dataclass(frozen=True)
+class _Setup:
+    """What every mode shares: per-layer compute times and the links."""
+    model: "ModelProfile"
+    hw: Hardware
+    world: int
+    per_gpu_batch: int
+    bucket_mb: float
+    bytes_per_grad: int
+    fwd: np.ndarray            # per layer, seconds, slowest rank
+    bwd: np.ndarray
+    alpha: float
+    beta: float
+    grad_bytes: np.ndarray     # per layer
+
+
+def _setup(model, hw, world, per_gpu_batch, bucket_mb, bytes_per_grad, jitter, slow_rank,
+           seed, host_threads: int) -> _Setup:
     alpha, beta = hw.alpha_beta(world)
-    gamma = bytes_per_grad / hw.gpu_flops / 4  # an add per element, at a quarter of peak
-    slow = _rank_slowdowns(world, jitter, slow_rank, seed)
-    threads = world if mode == "dp" else 1        # DP: one interpreter launches for all
-    host = hw.launch_overhead * model.kernels_per_layer * threads
+    worst = float(_rank_slowdowns(world, jitter, slow_rank, seed).max())
+    host = hw.launch_overhead * model.kernels_per_layer * host_threads
     fwd = np.array([max(f * per_gpu_batch / hw.gpu_flops, host) for f in model.layer_flops])
     bwd = np.array([max(2 * f * per_gpu_batch / hw.gpu_flops, 2 * host)
                     for f in model.layer_flops])
-    worst = float(slow.max())
+    return _Setup(model, hw, world, per_gpu_batch, bucket_mb, bytes_per_grad, fwd * worst,
+                  bwd * worst, alpha, beta, np.array(model.layer_params) * bytes_per_grad)
+
+
+def _result(mode, s: _Setup, events, f_total, bwd_start, bwd_end, end, comm, buckets,
+            opt_lane) -> StepResult:
+    opt = s.hw.optimizer_time(s.model.params)
+    events.append(Event(opt_lane, end, end + opt, "optimizer", "optimizer"))
+    compute = f_total + (bwd_end - bwd_start)
+    return StepResult(mode, s.world, s.per_gpu_batch, end + opt, compute, comm,
+                      end - compute, tuple(buckets), tuple(events))
+
+
+def _step_ddp(s: _Setup, overlap: bool) -> StepResult:
+    """DDP: forward, backward; bucket k's ring all-reduce starts when its last gradient is
+    ready (``overlap``) or when backward ends, and after bucket k-1's."""
+    f_total = float(s.fwd.sum())
+    events = [Event("compute", 0.0, f_total, "forward", "forward")]
+    ready = f_total + np.cumsum(s.bwd[::-1])     # layer L-1 first
+    bwd_end = float(ready[-1])
+    events.append(Event("compute", f_total, bwd_end, "backward", "backward"))
+    buckets, comm, end = [], 0.0, bwd_end
+    if s.world > 1:
+        rev = s.grad_bytes[::-1]
+        free = f_total if overlap else bwd_end
+        for g in make_buckets(rev, s.bucket_mb * 1e6):
+            size = float(rev[g].sum())
+            buckets.append(size)
+            start = max(free, float(ready[g[-1]])) if overlap else free
+            d = collective_time("all_reduce", "ring", size, s.world, alpha=s.alpha,
+                                beta=s.beta, gamma=s.hw.gamma)
+            events.append(Event("comm", start, start + d, f"bucket {len(buckets)}", "comm"))
+            free, comm = start + d, comm + d
+        end = max(free, bwd_end)
+    return _result("ddp" if overlap else "ddp_no_overlap", s, events, f_total, f_total,
+                   bwd_end, end, comm, buckets, "compute")
+
+
+def _step_dp(s: _Setup) -> StepResult:
+    """nn.DataParallel: replicate + scatter, forward, gather outputs / scatter their
+    gradients, backward, reduce gradients to GPU 0 after backward; GPU 0 steps alone."""
+    m, w, a, b = s.model, s.world, s.alpha, s.beta
     events: list[Event] = []
-    t = 0.0
-    comm = 0.0
-    grad_bytes = np.array(model.layer_params) * bytes_per_grad
-    if mode == "dp" and world > 1:
-        rep = collective_time("broadcast", "tree", grad_bytes.sum(), world, alpha=alpha,
-                              beta=beta)
-        scat = (world - 1) * per_gpu_batch * model.input_bytes * beta + alpha * (world - 1)
-        events.append(Event("GPU 0", t, t + rep, "replicate params", "overhead"))
-        events.append(Event("GPU 0", t + rep, t + rep + scat, "scatter input", "overhead"))
-        t += rep + scat
-        comm += rep + scat
-    f_total = fwd.sum() * worst
+    t = comm = 0.0
+    if w > 1:
+        rep = collective_time("broadcast", "tree", s.grad_bytes.sum(), w, alpha=a, beta=b)
+        scat = (w - 1) * s.per_gpu_batch * m.input_bytes * b + a * (w - 1)
+        events.append(Event("GPU 0", 0.0, rep, "replicate params", "overhead"))
+        events.append(Event("GPU 0", rep, rep + scat, "scatter input", "overhead"))
+        t = comm = rep + scat
+    f_total = float(s.fwd.sum())
     events.append(Event("compute", t, t + f_total, "forward", "forward"))
     t += f_total
-    gather = 0.0
-    if mode == "dp" and world > 1:   # outputs to GPU 0 for the loss, output grads back
-        gather = 2 * ((world - 1) * per_gpu_batch * model.output_bytes * beta + alpha)
+    if w > 1:   # outputs to GPU 0 for the loss, output grads back
+        gather = 2 * ((w - 1) * s.per_gpu_batch * m.output_bytes * b + a)
         events.append(Event("GPU 0", t, t + gather, "gather outputs / scatter grads",
                             "overhead"))
         t += gather
         comm += gather
-    bwd_start = t
-    # gradient of layer i is ready when backward has passed layers L-1 .. i
-    rev = bwd[::-1] * worst
-    ready = bwd_start + np.cumsum(rev)
-    bwd_end = float(ready[-1])
+    bwd_start, bwd_end = t, t + float(s.bwd.sum())
     events.append(Event("compute", bwd_start, bwd_end, "backward", "backward"))
-    buckets: list[float] = []
-    if world == 1:
-        end = bwd_end
-    elif mode == "dp":
-        red = collective_time("all_reduce", "tree", grad_bytes.sum(), world, alpha=alpha,
-                              beta=beta, gamma=gamma) / 2   # a reduce is half a tree allreduce
+    end = bwd_end
+    if w > 1:   # a reduce is half a tree all-reduce
+        red = collective_time("all_reduce", "tree", s.grad_bytes.sum(), w, alpha=a, beta=b,
+                              gamma=s.hw.gamma) / 2
         events.append(Event("GPU 0", bwd_end, bwd_end + red, "reduce grads to GPU 0", "comm"))
         comm += red
         end = bwd_end + red
-    else:
-        groups = make_buckets(grad_bytes[::-1], bucket_mb * 1e6)
-        free = bwd_start if mode == "ddp" else bwd_end
-        for g in groups:
-            size = float(grad_bytes[::-1][g].sum())
-            buckets.append(size)
-            start = max(free, float(ready[g[-1]])) if mode == "ddp" else free
-            d = collective_time("all_reduce", "ring", size, world, alpha=alpha, beta=beta,
-                                gamma=gamma)
-            events.append(Event("comm", start, start + d, f"bucket {len(buckets)}", "comm"))
-            free = start + d
-            comm += d
-        end = max(free, bwd_end)
-    opt = 3 * model.params * bytes_per_grad / (hw.gpu_flops / 50)   # memory-bound update
-    if mode == "dp" and world > 1:
-        opt_lane = "GPU 0"
-    else:
-        opt_lane = "compute"
-    events.append(Event(opt_lane, end, end + opt, "optimizer", "optimizer"))
-    compute = f_total + (bwd_end - bwd_start)
-    exposed = end - compute              # communication not hidden behind compute
-    return StepResult(mode, int(world), int(per_gpu_batch), end + opt, compute, comm,
-                      exposed, tuple(buckets), tuple(events))
+    return _result("dp", s, events, f_total, bwd_start, bwd_end, end, comm, [],
+                   "GPU 0" if w > 1 else "compute")
+
+
+MODE_STEPS = {
+    "ddp": lambda s: _step_ddp(s, overlap=True),
+    "ddp_no_overlap": lambda s: _step_ddp(s, overlap=False),
+    "dp": _step_dp,
+}
+HOST_THREADS = {"ddp": lambda world: 1, "ddp_no_overlap": lambda world: 1,
+                "dp": lambda world: world}   # DP: one interpreter launches for all GPUs
+
+
+def simulate_step(model: ModelProfile, hw: Hardware, world: int, mode: str = "ddp", *,
+                  per_gpu_batch: int = 32, bucket_mb: float = 25.0, bytes_per_grad: int = 4,
+                  jitter: float = 0.0, slow_rank: float = 1.0, seed: int = 0) -> StepResult:
+    """Simulate one training step; see the module docstring for the model of each mode."""
+    V.one_of("mode", mode, MODES)
+    world = V.integer("world", world, low=1)
+    per_gpu_batch = V.integer("per_gpu_batch", per_gpu_batch, low=1)
+    bucket_mb = V.positive("bucket_mb", bucket_mb)
+    bytes_per_grad = V.integer("bytes_per_grad", bytes_per_grad, low=1)
+    jitter = V.nonnegative("jitter", jitter)
+    slow_rank = V.number("slow_rank", slow_rank, low=1)
+    seed = V.integer("seed", seed, low=0)
+    s = _setup(model, hw, world, per_gpu_batch, bucket_mb, bytes_per_grad, jitter, slow_rank,
+               seed, HOST_THREADS[mode](world))
+    return MODE_STEPS[mode](s)
 
 
 @dataclass(frozen=True)

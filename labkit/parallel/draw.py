@@ -186,28 +186,52 @@ def plot_fit(measured_bytes, measured_seconds, fit, title: str = ""):
     return fig
 
 
-def plot_timeline(step):
-    """Gantt chart of one simulated data-parallel step (a dp_sim.StepResult)."""
+TIMELINE_COLORS = {"forward": "tab:blue", "backward": "tab:orange", "comm": "tab:green",
+                   "optimizer": "tab:purple", "overhead": "tab:red"}
+
+
+def plot_timeline(step, title: str | None = None, colors: dict | None = None):
+    """Gantt chart of any result with ``.events`` (objects with lane, start, end, label,
+    kind in seconds): a dp_sim.StepResult, or chapters 10/11's schedules.
+
+    Known kinds keep their colours (:data:`TIMELINE_COLORS`, updated by ``colors``); any
+    other kind gets the next colour of matplotlib's cycle. Lanes appear in first-use order;
+    the legend lists the kinds that occur.
+    """
     plt = _plt()
-    colors = {"forward": "tab:blue", "backward": "tab:orange", "comm": "tab:green",
-              "optimizer": "tab:purple", "overhead": "tab:red"}
-    lanes = []
-    for e in step.events:
+    events = list(getattr(step, "events", ()))
+    if not events:
+        raise ValueError("plot_timeline needs a result with at least one event in .events")
+    from matplotlib.colors import to_hex
+    palette = dict(TIMELINE_COLORS, **(colors or {}))
+    lanes, kinds = [], {}
+    for e in events:
         if e.lane not in lanes:
             lanes.append(e.lane)
+        if e.kind not in kinds and e.kind in palette:
+            kinds[e.kind] = palette[e.kind]
+    used = {to_hex(c) for c in kinds.values()}
+    spare = iter(c for c in plt.rcParams["axes.prop_cycle"].by_key()["color"]
+                 + list(plt.get_cmap("tab20").colors) if to_hex(c) not in used)
+    for e in events:
+        if e.kind not in kinds:
+            kinds[e.kind] = next(spare, "gray")
+    order = list(dict.fromkeys(e.kind for e in events))
+    kinds = {k: kinds[k] for k in order}
     fig, ax = plt.subplots(figsize=(8.5, 1.2 + 0.5 * len(lanes)))
-    for e in step.events:
-        y = lanes.index(e.lane)
-        ax.barh(y, (e.end - e.start) * 1e3, left=e.start * 1e3, color=colors[e.kind],
-                edgecolor="k", lw=0.5)
+    for e in events:
+        ax.barh(lanes.index(e.lane), (e.end - e.start) * 1e3, left=e.start * 1e3,
+                color=kinds[e.kind], edgecolor="k", lw=0.5)
     ax.set_yticks(range(len(lanes)))
     ax.set_yticklabels(lanes)
     ax.invert_yaxis()
     ax.set_xlabel("ms")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()]
-    ax.legend(handles, colors.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
-    ax.set_title(f"{step.mode}, {step.world} GPU(s): step {step.step_time * 1e3:.3g} ms, "
-                 f"exposed communication {step.exposed_comm * 1e3:.3g} ms", fontsize=10)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in kinds.values()]
+    ax.legend(handles, list(kinds), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    if title is None and hasattr(step, "step_time"):
+        title = (f"{step.mode}, {step.world} GPU(s): step {step.step_time * 1e3:.3g} ms, "
+                 f"exposed communication {step.exposed_comm * 1e3:.3g} ms")
+    ax.set_title(title or "", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -259,9 +283,9 @@ def plot_compression(results):
 
 def demo_data(world: int, per_rank: int | None = None, seed: int = 0) -> list[np.ndarray]:
     """Small integer-valued float32 vectors, one per rank (for pictures and widgets)."""
-    if int(world) != world or world < 1:
-        raise ValueError(f"world must be an integer >= 1, got {world!r}")
-    n = per_rank or 2 * world
+    from labkit import validate as V
+    world = V.integer("world", world, low=1)
+    n = 2 * world if per_rank is None else V.integer("per_rank", per_rank, low=1)
     rng = np.random.default_rng(seed)
     return [rng.integers(0, 10, size=n).astype(np.float32) for _ in range(world)]
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from labkit import validate as V
 from labkit.parallel.cost import cost_terms
 
 
@@ -75,13 +76,14 @@ def launch(fn: Callable, world: int, *args: Any, backend: str | None = None,
     import queue as queue_mod
 
     import torch.multiprocessing as mp
-    if int(world) != world or world < 1:
-        raise ValueError(f"world must be an integer >= 1, got {world!r}")
-    if threads < 1:
-        raise ValueError(f"threads must be >= 1, got {threads!r}")
+    world = V.integer("world", world, low=1)
+    threads = V.integer("threads", threads, low=1)
+    timeout_s = V.positive("timeout_s", timeout_s)
+    retries = V.integer("retries", retries, low=0)
+    if not callable(fn):
+        raise TypeError(f"fn must be a function, got {type(fn).__name__}")
     backend = backend or default_backend(world)
-    if backend not in ("gloo", "nccl"):
-        raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
+    V.one_of("backend", backend, ("gloo", "nccl"))
     if backend == "nccl":
         import torch
         if torch.cuda.device_count() < world:
@@ -194,11 +196,12 @@ def measure_allreduce(world: int = 2, sizes: Sequence[int] = (1 << 10, 1 << 13, 
                       1 << 18, 1 << 20), repeats: int = 15, backend: str | None = None,
                       seed: int = 0) -> AllReduceMeasurement:
     """Launch ``world`` processes, check all_reduce and time it at each float32 count."""
-    sizes = [int(s) for s in sizes]
-    if not sizes or min(sizes) < 1:
-        raise ValueError(f"sizes must be a non-empty list of element counts >= 1, got {sizes}")
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    world = V.integer("world", world, low=1)
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__len__") or not len(sizes):
+        raise ValueError(f"sizes must be a non-empty list of element counts >= 1, got {sizes!r}")
+    sizes = [V.integer(f"sizes[{i}]", s, low=1) for i, s in enumerate(sizes)]
+    repeats = V.integer("repeats", repeats, low=1)
+    seed = V.integer("seed", seed, low=0)
     backend = backend or default_backend(world)
     out = launch(allreduce_worker, world, sizes, repeats, seed, backend=backend)
     expected = sum(np.random.default_rng(seed + r).standard_normal(sizes[0]).astype(np.float64)
@@ -246,8 +249,10 @@ def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float], world: int
     by ``scipy.optimize.nnls``.
     """
     from scipy.optimize import nnls
-    n = np.asarray(nbytes, dtype=float)
-    t = np.asarray(seconds, dtype=float)
+    n = V.array("nbytes", nbytes, finite=True)
+    t = V.array("seconds", seconds, finite=True)
+    world = V.integer("world", world, low=1)
+    V.one_of("algorithm", algorithm, ("naive", "ring", "tree", "recursive_halving_doubling"))
     if n.shape != t.shape or n.ndim != 1 or n.size < 2:
         raise ValueError(f"nbytes and seconds must be 1-D of the same length >= 2, got "
                          f"{n.shape} and {t.shape}")

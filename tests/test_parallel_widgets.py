@@ -1,0 +1,82 @@
+"""Chapter 09 widgets validate before they build, their first slider changes what they
+show, and the printed numbers are the model's.
+
+``interactive`` / ``interactive_output`` run their function when built and on every
+control change; outside a kernel the prints reach stdout, which the tests read."""
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from labkit.parallel import cost, dp_sim, widgets  # noqa: E402
+
+pytest.importorskip("ipywidgets")
+
+
+def _first_slider(w):
+    while not hasattr(w, "step"):          # descend VBox/HBox to the first control
+        w = w.children[0]
+    return w
+
+
+@pytest.mark.parametrize("build", [lambda: widgets.collective_widget(4, "ring"),
+                                   lambda: widgets.cost_widget("all_reduce"),
+                                   lambda: widgets.scaling_widget()])
+def test_first_slider_changes_output(build, capsys):
+    w = build()
+    before = capsys.readouterr().out
+    slider = _first_slider(w)
+    slider.value = slider.value + (2 if slider.max - slider.value >= 2 else -2) * slider.step
+    after = capsys.readouterr().out
+    assert before and after and before != after
+    matplotlib.pyplot.close("all")
+
+
+def test_collective_numbers(capsys):
+    widgets.show_collective(4, "ring", 0)
+    # ring on 4 ranks: 2(p-1) = 6 steps, 4 messages of one 2-float chunk (8 bytes) each
+    assert "step 0/6, 4 message(s), 32 bytes this step; 24 messages" in capsys.readouterr().out
+    widgets.show_collective(4, "ring", 99)                      # clipped to the end
+    assert "step 6/6, 0 message(s)" in capsys.readouterr().out
+    matplotlib.pyplot.close("all")
+
+
+def test_cost_numbers(capsys):
+    widgets.show_cost("all_reduce", 3.0, 8, 5.0, 25.0)
+    out = capsys.readouterr().out
+    ring = cost.collective_time("all_reduce", "ring", 1e3, 8, alpha=5e-6, beta=1 / 25e9)
+    tree = cost.collective_time("all_reduce", "tree", 1e3, 8, alpha=5e-6, beta=1 / 25e9)
+    assert f"ring {ring * 1e6:.4g} µs" in out and tree < ring        # small: latency wins
+    # with p a power of two, recursive halving/doubling has the ring's bytes and the
+    # tree's step count: in the α-β model it is fastest at every size
+    assert "fastest: recursive_halving_doubling" in out
+    widgets.show_cost("all_reduce", 9.0, 8, 5.0, 25.0)
+    assert "fastest: recursive_halving_doubling" in capsys.readouterr().out
+    assert cost.best_algorithm("all_reduce", 1e9, 6, alpha=5e-6, beta=1 / 25e9) == "ring"
+    matplotlib.pyplot.close("all")
+
+
+def test_scaling_numbers(capsys):
+    widgets.show_scaling(32, 25.0, 0.0, "8× A100 PCIe 4.0", "ResNet-50")
+    out = capsys.readouterr().out
+    hw, m = dp_sim.HARDWARE["8× A100 PCIe 4.0"], dp_sim.MODELS["ResNet-50"]
+    ddp = dp_sim.scaling(m, hw, (1, 8), "ddp").efficiency[1]
+    assert f"ddp {ddp:.3f}" in out
+    matplotlib.pyplot.close("all")
+
+
+@pytest.mark.parametrize("call, exc, name", [
+    (lambda: widgets.collective_widget(world=0), ValueError, "world"),
+    (lambda: widgets.collective_widget(world=100), ValueError, "world"),
+    (lambda: widgets.collective_widget(world=True), TypeError, "world"),
+    (lambda: widgets.collective_widget(world=2.5), ValueError, "world"),
+    (lambda: widgets.collective_widget(algorithm="butterfly"), ValueError, "algorithm"),
+    (lambda: widgets.cost_widget(op="gather"), ValueError, "op"),
+    (lambda: widgets.cost_widget(op=None), ValueError, "op"),
+    (lambda: widgets.scaling_widget(real=([1, 2], [1.0])), ValueError, "real"),
+    (lambda: widgets.scaling_widget(real="yes"), TypeError, "real"),
+    (lambda: widgets.scaling_widget(real=([1, 2], [1.0, float("nan")])), ValueError, "real"),
+])
+def test_builders_validate_before_building(call, exc, name):
+    with pytest.raises(exc, match=name):
+        call()
