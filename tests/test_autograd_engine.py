@@ -157,3 +157,58 @@ def test_mse_loss_value_and_gradient_match_torch():
     ref.backward()
     np.testing.assert_allclose(loss.item(), ref.item(), rtol=1e-12)
     np.testing.assert_allclose(pred.grad.data, tp.grad.numpy(), rtol=1e-12)
+
+
+# ---- issue 9: tracing and counters are thread-local, like grad mode -----------------------
+
+def test_counters_and_traces_do_not_see_other_threads():
+    import threading
+
+    from labkit.autograd import count
+    from labkit.autograd.trace import trace
+
+    done = threading.Event()
+    go = threading.Event()
+
+    def other():
+        go.wait(5)
+        x = Tensor(np.ones(3), requires_grad=True)
+        for _ in range(50):
+            (x * 2.0).exp().sum()
+        done.set()
+
+    th = threading.Thread(target=other)
+    th.start()
+    with count() as c:
+        go.set()
+        done.wait(5)
+        y = Tensor(np.ones(2)) + 1.0
+    th.join()
+    assert dict(c.calls) == {"add": 1}          # the other thread's 150 ops were not counted
+
+    done.clear(); go.clear()
+    th = threading.Thread(target=other)
+    th.start()
+
+    def fn(x):
+        go.set()
+        done.wait(5)
+        return x * 3.0
+    g = trace(fn, np.ones(2))
+    th.join()
+    assert [n.op for n in g.nodes if n.op not in ("input", "const")] == ["mul"]
+    assert y.data.tolist() == [2.0, 2.0]
+
+
+def test_local_vjp_and_accumulate_grad():
+    from labkit.autograd import accumulate_grad, local_vjp
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    y = x * x
+    pairs = local_vjp(y, np.ones(2))
+    assert [p is x for p, _ in pairs] == [True, True]          # x reached twice
+    assert sum(g for _, g in pairs).tolist() == [2.0, 4.0]
+    with pytest.raises(ValueError, match="leaf"):
+        local_vjp(x, np.ones(2))
+    accumulate_grad(x, np.ones(2))
+    accumulate_grad(x, np.ones(2))
+    assert x.grad.data.tolist() == [2.0, 2.0]

@@ -159,3 +159,20 @@ def test_sigmoid_is_stable_for_large_inputs():
     np.testing.assert_allclose(y.data, [0.0, 0.5, 1.0])
     y.sum().backward()
     np.testing.assert_allclose(x.grad.data, [0.0, 0.25, 0.0])
+
+
+# ---- issue 9: register() by keyword, saves as input indices -------------------------------
+
+def test_register_takes_keywords_and_index_saves():
+    from labkit.autograd import ops
+    with pytest.raises(TypeError):
+        ops.register("tmp_op", lambda a: a, lambda g, o, xs, n: (g,), lambda ts, o, xs: ts[0])
+    with pytest.raises(TypeError, match="saves"):
+        ops.register("tmp_op", forward=lambda a: a, vjp=lambda g, o, xs, n: (g,),
+                     jvp=lambda ts, o, xs: ts[0], saves=("x0",))
+    with pytest.raises(ValueError, match="already registered"):
+        ops.register("mul", forward=np.multiply, vjp=None, jvp=None)
+    assert "tmp_op" not in ops.OPS
+    assert ops.OPS["mul"].saves == (0, 1) and not ops.OPS["mul"].saves_output
+    assert ops.OPS["exp"].saves == () and ops.OPS["exp"].saves_output
+    assert ops.OPS["max"].saves == (0,) and ops.OPS["max"].saves_output

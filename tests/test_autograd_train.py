@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from labkit.autograd import Tensor, count, functional as F, no_grad
-from labkit.autograd.leak import labkit_leak, torch_leak
+from labkit.training.leak import labkit_leak, torch_leak
 from labkit.autograd.nn import Linear, mlp
 from labkit.autograd.optim import SGD, Adam
-from labkit.autograd.train import train_digits
+from labkit.training.train import train_digits
 
 
 def torch_twin(model):

@@ -6,16 +6,24 @@ import matplotlib
 import pytest
 
 from labkit.autograd import widgets
+from labkit.training import widgets as twidgets
 
 matplotlib.use("Agg")
 
 
-@pytest.mark.parametrize("name", ["graph_pass_widget", "precision_widget", "mode_cost_widget"])
-def test_first_slider_changes_output(name, capsys):
-    w = getattr(widgets, name)()
+@pytest.mark.parametrize("module, name", [(widgets, "graph_pass_widget"),
+                                          (widgets, "mode_cost_widget"),
+                                          (twidgets, "precision_widget"),
+                                          (twidgets, "kv_cache_widget")])
+def test_first_slider_changes_output(module, name, capsys):
+    w = getattr(module, name)()
     before = capsys.readouterr().out
     slider = w.children[0]
-    slider.value = slider.value + slider.step
+    if hasattr(slider, "options"):       # a SelectionSlider: the next option
+        opts = list(slider.options)
+        slider.value = opts[(opts.index(slider.value) + 1) % len(opts)]
+    else:
+        slider.value = slider.value + slider.step
     after = capsys.readouterr().out
     assert before and after and before != after
     matplotlib.pyplot.close("all")
@@ -23,6 +31,20 @@ def test_first_slider_changes_output(name, capsys):
 
 def test_other_widgets_build(capsys):
     for name in ("leak_widget", "batch_sweep_widget"):
-        getattr(widgets, name)()
+        getattr(twidgets, name)()
         assert capsys.readouterr().out
     matplotlib.pyplot.close("all")
+
+
+def test_widgets_share_the_one_show():
+    from labkit import show
+    assert widgets._show is show.show and twidgets._show is show.show
+
+
+@pytest.mark.parametrize("call, param", [
+    (lambda: twidgets.kv_cache_widget(max_seq=0), "max_seq"),
+    (lambda: twidgets.kv_cache_widget(max_seq="long"), "max_seq"),
+])
+def test_builders_validate_before_building(call, param):
+    with pytest.raises((TypeError, ValueError), match=param):
+        call()

@@ -10,7 +10,7 @@ def status(ex, answer):
     return evaluate(ex, answer)
 
 
-@pytest.mark.parametrize("ex", ["2.1", "2.2", "2.3", "2.4", "2.5"])
+@pytest.mark.parametrize("ex", ["2.1", "2.2", "2.3", "2.4", "2.5", "2.6"])
 def test_reference_passes_and_none_is_missing(ex):
     assert status(ex, get(ex).reference).status == "pass"
     assert status(ex, None).status == "missing"
@@ -94,3 +94,84 @@ def test_dce_wrong_answers():
     v = status("2.5", in_place)
     assert v.status == "fail"
     assert Graph is not None
+
+
+def test_dce_that_calls_labkits_pass_fails():
+    """Issue 10: the reference must not be usable as the answer."""
+    from labkit.autograd import passes
+    v = status("2.5", lambda g: passes.eliminate_dead_code(g))
+    assert v.status == "fail" and "labkit's eliminate_dead_code" in v.message
+    v = status("2.5", lambda g: passes.optimize(g))
+    assert v.status == "fail" and "labkit's optimize" in v.message
+    # the tripwire is removed after the check
+    assert passes.eliminate_dead_code.__name__ == "eliminate_dead_code"
+
+
+# ---- 2.6: backward over the learner's own order -----------------------------------------
+
+def _backward_factory(*, overwrite=False, forward_order=False, replace_leaf=False,
+                      recursive=False):
+    from labkit.autograd import Tensor, local_vjp, topological_order
+
+    def order(root):
+        if not recursive:
+            return topological_order(root)
+        out, seen = [], set()
+
+        def visit(t):
+            if id(t) not in seen:
+                seen.add(id(t))
+                for p in t._parents:
+                    visit(p)
+                out.append(t)
+        visit(root)
+        return out
+
+    def backward(loss):
+        grads = {id(loss): np.ones_like(loss.data)}
+        nodes = order(loss)
+        for node in (nodes if forward_order else reversed(nodes)):
+            g = grads.pop(id(node), None)
+            if g is None:
+                continue
+            if node.is_leaf:
+                if node.requires_grad:
+                    if node.grad is None or replace_leaf:
+                        node.grad = Tensor(g.copy())
+                    else:
+                        node.grad.data = node.grad.data + g
+                continue
+            for p, pg in local_vjp(node, g):
+                if overwrite or id(p) not in grads:
+                    grads[id(p)] = pg
+                else:
+                    grads[id(p)] = grads[id(p)] + pg
+    return backward
+
+
+def test_backward_own_version_passes():
+    assert status("2.6", _backward_factory()).status == "pass"
+
+
+@pytest.mark.parametrize("kwargs, hint", [
+    (dict(overwrite=True), "+="),
+    (dict(forward_order=True), "in reverse"),
+    (dict(replace_leaf=True), "must add into .grad"),
+])
+def test_backward_wrong_answers(kwargs, hint):
+    v = status("2.6", _backward_factory(**kwargs))
+    assert v.status == "fail" and hint in v.message, v.message
+
+
+def test_backward_recursive_order_crashes_on_the_deep_chain():
+    v = status("2.6", _backward_factory(recursive=True))
+    assert v.status == "error" and "Recursion" in v.message
+
+
+def test_backward_that_calls_labkits_backward_fails():
+    v = status("2.6", lambda loss: loss.backward())
+    assert v.status == "fail" and "loss.backward()" in v.message
+    from labkit.autograd import Tensor
+    x = Tensor([1.0], requires_grad=True)
+    (x * 2).sum().backward()            # restored after the check
+    assert x.grad.data.tolist() == [2.0]

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from labkit.autograd import plots
-from labkit.autograd.inference import batch_sweep, precision_effect
-from labkit.autograd.modes import batchnorm_eval, forgot_eval_experiment, inverted_dropout
-from labkit.autograd.phases import labkit_phase_costs, torch_phase_costs
+from labkit.training import plots
+from labkit.training.inference import batch_sweep, precision_effect
+from labkit.training.modes import batchnorm_eval, forgot_eval_experiment, inverted_dropout
+from labkit.training.phases import labkit_phase_costs, torch_phase_costs
 
 matplotlib.use("Agg")
 
@@ -70,3 +70,24 @@ def test_mode_functions_and_forgotten_eval():
     with pytest.raises(ValueError, match="batch_sizes"):
         forgot_eval_experiment(0.5, batch_sizes=(1,))
     matplotlib.pyplot.close("all")
+
+
+def test_latency_fit_recovers_a_known_line():
+    from labkit.training.inference import BatchPoint, BatchSweep, fit_latency, weight_reuse
+    t0, t1 = 2e-4, 3e-6
+    pts = tuple(BatchPoint(b, t0 + b * t1, b / (t0 + b * t1)) for b in (1, 4, 16, 64, 256))
+    fit = fit_latency(BatchSweep(pts, 16, 1))
+    assert fit.overhead_s == pytest.approx(t0) and fit.per_sample_s == pytest.approx(t1)
+    assert fit.half_batch == pytest.approx(t0 / t1) and fit.max_throughput == pytest.approx(1 / t1)
+    assert weight_reuse(64, 4) == 32.0 and weight_reuse(1, 2) == 1.0
+    with pytest.raises(ValueError, match="two batch"):
+        fit_latency(BatchSweep(pts[:1], 16, 1))
+
+
+def test_moved_experiments_left_no_shim():
+    """Issue 9: the chapter-03 experiments live in labkit.training, not in the engine."""
+    import importlib
+    for name in ("phases", "modes", "inference", "leak", "train"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"labkit.autograd.{name}")
+        importlib.import_module(f"labkit.training.{name}")

@@ -6,7 +6,7 @@ from labkit.check.core import evaluate, stub
 from labkit.memory.constants import MiB
 
 RIGHT = {"6.1": ch.model_state_fp32, "6.2": ch.segment_for, "6.3": ch.splits,
-         "6.4": ch.predict_mlp_saved, "6.5": ch.layer_activation_bytes}
+         "6.4": ch.block_saved_bytes, "6.5": ch.layer_activation_bytes}
 
 WRONG = {
     "6.1": [lambda n, o: 8 * n, lambda n, o: {"sgd": 8, "momentum": 12, "adam": 12}[o] * n,
@@ -20,8 +20,11 @@ WRONG = {
     "6.3": [lambda b, s, sm, ms: b - s >= 512,
             lambda b, s, sm, ms: b - s >= 512 if sm else b - s >= MiB,
             lambda b, s, sm, ms: b - s >= 512 if sm else b - s > MiB],
-    "6.4": [lambda b, w: 4 * b * sum(w), lambda b, w: b * sum(w[:-1]),
-            lambda b, w: 4 * b * (sum(w[:-1]) + sum(w[1:-1]))],
+    "6.4": [lambda s, b, h, a: s * b * h * (34 + 5 * a * s / h),               # the paper only
+            lambda s, b, h, a: s * b * h * (34 + 5 * a * s / h) + 8 * s * b,   # masks 1 byte
+            lambda s, b, h, a: s * b * h * (36 + 6 * a * s / h),               # no LayerNorm stats
+            lambda s, b, h, a: 36 * s * b * h + 8 * s * b,                     # no attention scores
+            lambda s, b, h, a: 2 * ch.block_saved_bytes(s, b, h, a)],          # fp32
     "6.5": [lambda s, b, h, a: 34 * s * b * h, lambda s, b, h, a: s * b * h * (34 + 5 * a * s / h) / 2,
             lambda s, b, h, a: s * b * h * (34 + 5 * a / h)],
 }
@@ -46,3 +49,17 @@ def test_missing_answers(ex):
     def f(*args):
         raise NotImplementedError
     assert evaluate(ex, f).status == "missing"
+
+
+@pytest.mark.parametrize("i, hint", [(0, "Korthikanti's GPU count"), (1, "2 bytes per element"),
+                                     (2, "mean and 1/std"), (3, "attention scores"),
+                                     (4, "bfloat16")])
+def test_block_saved_bytes_hints(i, hint):
+    v = evaluate("6.4", WRONG["6.4"][i])
+    assert v.status == "fail" and hint in v.message, v.message
+
+
+def test_block_reference_equals_torch_measurement():
+    from labkit.memory.measure import transformer_block_saved
+    for s, b, h, a in [(7, 2, 40, 5), (12, 1, 24, 3)]:
+        assert ch.block_saved_bytes(s, b, h, a) == transformer_block_saved(s, b, h, a).total_bytes

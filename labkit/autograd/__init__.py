@@ -5,11 +5,13 @@
     (x * x).sum().backward(); x.grad   # Tensor([2., 4.])
 
 Only numpy is imported here; torch and matplotlib are imported by the submodules that use
-them (``torch_measure``, ``inference``, ``modes``, ``draw``, ``plots``, ``widgets``).
+them (``fx_passes``, ``draw``, ``plots``, ``widgets``). The experiments built on the engine
+(FLOPs and saved bytes per phase, precision, batch size, train/eval modes, the leak) live in
+:mod:`labkit.training`.
 """
 from labkit.autograd.tensor import (  # noqa: F401
-    Tensor, apply, enable_grad, graph_bytes, graph_nodes, is_grad_enabled, no_grad, tensor,
-    topological_order,
+    Tensor, accumulate_grad, apply, enable_grad, graph_bytes, graph_nodes, is_grad_enabled,
+    local_vjp, no_grad, tensor, topological_order,
 )
 from labkit.autograd.counters import count  # noqa: F401
 from labkit.autograd.forward import Dual, grad, jvp, vjp  # noqa: F401

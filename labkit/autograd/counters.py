@@ -6,19 +6,28 @@
     c.forward_flops, c.backward_flops, c.saved_bytes
 
 FLOPs come from each op's cost rule in :mod:`labkit.autograd.ops` (2 per multiply-add).
-*Saved bytes* are the arrays the reverse rules need (each op's ``saves``), counted once per
-distinct array while a graph is being recorded -- the memory a training step must hold until
-backward. Under :func:`labkit.autograd.no_grad` nothing is recorded, so nothing is saved.
+*Saved bytes* are the arrays the reverse rules need (each op's ``saves`` input indices and
+``saves_output``), counted once per distinct array while a graph is being recorded -- the
+memory a training step must hold until backward. Under :func:`labkit.autograd.no_grad` nothing is recorded, so nothing is saved.
 Arrays that belong to parameters (leaf tensors with ``requires_grad``) are kept apart:
 they live anyway, whether or not you train.
 """
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-ACTIVE: list["OpCounter"] = []
+_local = threading.local()
+
+
+def active() -> list["OpCounter"]:
+    """The counters open in this thread (thread-local, like grad mode)."""
+    stack = getattr(_local, "active", None)
+    if stack is None:
+        stack = _local.active = []
+    return stack
 
 
 @dataclass
@@ -33,13 +42,12 @@ class OpCounter:
         self.calls[op.name] += 1
         self.forward[op.name] += int(op.flops(out, xs, **attrs))
         if recorded:
-            for what in op.saves:
-                if what == "out":
-                    arr, kind = out, "activation"
-                else:
-                    p = parents[int(what[1])]
-                    arr = p.data
-                    kind = "parameter" if (p.requires_grad and p._op is None) else "activation"
+            kept = [(parents[i].data, "parameter" if (parents[i].requires_grad and
+                                                       parents[i]._op is None) else "activation")
+                    for i in op.saves]
+            if op.saves_output:
+                kept.append((out, "activation"))
+            for arr, kind in kept:
                 if id(arr) not in self.saved:
                     self.saved[id(arr)] = (op.name, int(arr.nbytes), kind)
                     self._keep.append(arr)
@@ -89,8 +97,9 @@ class OpCounter:
 def count():
     """Count FLOPs (forward and backward, per op) and bytes saved for backward inside the block."""
     c = OpCounter()
-    ACTIVE.append(c)
+    stack = active()
+    stack.append(c)
     try:
         yield c
     finally:
-        ACTIVE.remove(c)
+        stack.remove(c)

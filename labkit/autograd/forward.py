@@ -14,7 +14,24 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.autograd.ops import OPS
-from labkit.autograd.tensor import OpsMixin, Tensor, _freeze, run_forward  # noqa: F401
+from labkit.autograd.tensor import OpsMixin, Tensor, _as_array, _freeze, run_forward  # noqa: F401
+from labkit.validate import integer
+
+
+def _arrays(name: str, values) -> tuple[np.ndarray, ...]:
+    """``values`` as a tuple of numeric arrays: a tuple or list of them, one per argument of
+    ``fn`` (a single array is not accepted: it would be unpacked row by row)."""
+    if not isinstance(values, (tuple, list)):
+        raise TypeError(f"{name} must be a tuple or list with one array per argument of fn, "
+                        f"got {type(values).__name__}; for one argument write ({name[:-1]},)")
+    if not values:
+        raise ValueError(f"{name} must hold at least one array (one per argument of fn)")
+    return tuple(_as_array(v, name=f"{name}[{i}]") for i, v in enumerate(values))
+
+
+def _check_fn(fn) -> None:
+    if not callable(fn):
+        raise TypeError(f"fn must be a function, got {type(fn).__name__} {fn!r}")
 
 
 class Dual(OpsMixin):
@@ -75,12 +92,16 @@ def jvp(fn, primals, tangents):
 
     ``fn`` takes as many arguments as ``primals`` and returns one Dual-valued result.
     """
-    primals, tangents = tuple(primals), tuple(tangents)
+    _check_fn(fn)
+    primals, tangents = _arrays("primals", primals), _arrays("tangents", tangents)
     if len(primals) != len(tangents):
         raise ValueError(f"jvp needs one tangent per primal: got {len(primals)} primals and "
                          f"{len(tangents)} tangents")
     ins = [Dual(np.asarray(p), np.asarray(t)) for p, t in zip(primals, tangents)]
     out = fn(*ins)
+    if not isinstance(out, Dual):
+        raise TypeError(f"fn must return the result of ops on its arguments, got "
+                        f"{type(out).__name__}")
     tangent = out.tangent if out.tangent is not None else np.zeros_like(out.primal)
     return out.primal, tangent
 
@@ -90,15 +111,27 @@ def vjp(fn, primals, cotangent):
 
     Returns the output value and a tuple with one gradient per primal.
     """
-    ins = [Tensor(np.asarray(p), requires_grad=True) for p in primals]
+    _check_fn(fn)
+    primals = _arrays("primals", primals)
+    ins = [Tensor(p.astype(np.float64) if p.dtype.kind in "biu" else p, requires_grad=True)
+           for p in primals]
     out = fn(*ins)
-    out.backward(np.asarray(cotangent, dtype=out.dtype))
+    if not isinstance(out, Tensor):
+        raise TypeError(f"fn must return a labkit Tensor, got {type(out).__name__}")
+    cot = _as_array(cotangent, name="cotangent")
+    if cot.shape != out.shape:
+        raise ValueError(f"cotangent must have the output's shape {out.shape}, got {cot.shape}")
+    out.backward(cot.astype(out.dtype))
     return out.data, tuple(np.zeros_like(i.data) if i.grad is None else i.grad.data
                            for i in ins)
 
 
 def grad(fn, argnums: int | tuple[int, ...] = 0):
     """The gradient function of a scalar-valued ``fn`` (reverse mode), as ``jax.grad``."""
+    _check_fn(fn)
+    for a in ((argnums,) if not isinstance(argnums, tuple) else argnums):
+        integer("argnums", a, low=0)
+
     def grad_fn(*args):
         ins = [Tensor(np.asarray(a), requires_grad=True) for a in args]
         out = fn(*ins)

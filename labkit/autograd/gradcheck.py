@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.autograd.tensor import Tensor
+from labkit.validate import array, nonnegative, positive
 
 
 @dataclass(frozen=True)
@@ -27,11 +28,14 @@ class GradcheckResult:
 def gradcheck(fn, *inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
               raise_on_failure: bool = False) -> GradcheckResult:
     """Compare fn's reverse-mode Jacobians with central differences (inputs cast to float64)."""
+    if not callable(fn):
+        raise TypeError(f"fn must be a function, got {type(fn).__name__} {fn!r}")
     if not inputs:
         raise ValueError("gradcheck needs at least one input")
-    if not eps > 0:
-        raise ValueError(f"eps must be > 0, got {eps}")
-    xs = [np.array(getattr(x, "data", x), dtype=np.float64) for x in inputs]
+    eps = positive("eps", eps)
+    atol, rtol = nonnegative("atol", atol), nonnegative("rtol", rtol)
+    xs = [array(f"inputs[{i}]", getattr(x, "data", x), dtype=np.float64, finite=True)
+          for i, x in enumerate(inputs)]
     f = lambda *a: np.asarray(fn(*[Tensor(v) for v in a]).data, dtype=np.float64)  # noqa: E731
     out = f(*xs)
     m = out.size

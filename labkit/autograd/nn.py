@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from labkit.validate import boolean, integer
 from labkit.autograd.tensor import Tensor
 
 
@@ -59,9 +60,9 @@ class Linear(Module):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  rng: np.random.Generator | None = None, dtype=np.float32):
-        if in_features < 1 or out_features < 1:
-            raise ValueError(f"in_features and out_features must be >= 1, got "
-                             f"{in_features}, {out_features}")
+        in_features = integer("in_features", in_features, low=1)
+        out_features = integer("out_features", out_features, low=1)
+        boolean("bias", bias)
         rng = rng if rng is not None else np.random.default_rng(0)
         bound = 1 / np.sqrt(in_features)
         self.weight = Tensor(rng.uniform(-bound, bound, (in_features, out_features)).astype(dtype),
@@ -102,9 +103,12 @@ class Sequential(Module):
 
 def mlp(sizes, *, seed: int = 0, dtype=np.float32) -> Sequential:
     """Linear-ReLU-...-Linear with layer widths ``sizes`` (e.g. (64, 128, 10))."""
-    sizes = [int(s) for s in sizes]
-    if len(sizes) < 2 or min(sizes) < 1:
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+        raise TypeError(f"sizes must be a sequence of layer widths, got {sizes!r}")
+    sizes = [integer(f"sizes[{i}]", s, low=1) for i, s in enumerate(sizes)]
+    if len(sizes) < 2:
         raise ValueError(f"sizes needs at least two positive widths, got {sizes}")
+    integer("seed", seed, low=0)
     rng = np.random.default_rng(seed)
     layers: list[Module] = []
     for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):

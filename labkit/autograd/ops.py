@@ -9,8 +9,9 @@ The chain rule does the rest (Griewank & Walther, *Evaluating Derivatives*, 2nd 
 
 Costs follow the usual convention (Kaplan et al. 2020, sec. 2.1): a multiply-add is 2 FLOPs,
 an elementwise op is 1 FLOP per output element, a reduction 1 FLOP per input element.
-``saves`` names what the reverse rule reads and therefore must be kept alive until backward:
-``"x0"``, ``"x1"`` (inputs) or ``"out"`` -- what PyTorch calls *saved tensors*.
+``saves`` lists the indices of the inputs the reverse rule reads, and ``saves_output`` says
+whether it reads the output: those arrays must be kept alive until backward -- what PyTorch
+calls *saved tensors*.
 
 Gradients returned by ``vjp`` may carry the broadcast shape of the output; the engine sums
 them back to each input's shape (:func:`unbroadcast`).
@@ -31,7 +32,8 @@ class Op:
     jvp: Callable
     flops: Callable                 # (out, xs, **attrs) -> forward FLOPs
     bwd_flops: Callable             # (out, xs, needs, **attrs) -> backward FLOPs
-    saves: tuple[str, ...] = ()
+    saves: tuple[int, ...] = ()     # indices of the inputs the reverse rule reads
+    saves_output: bool = False      # whether the reverse rule reads the output
     elementwise: bool = False
     attrs: tuple[str, ...] = field(default=())
 
@@ -39,12 +41,24 @@ class Op:
 OPS: dict[str, Op] = {}
 
 
-def register(name, forward, vjp, jvp, *, flops=None, bwd_flops=None, saves=(),
-             elementwise=False, attrs=()):
+def register(name: str, *, forward: Callable, vjp: Callable, jvp: Callable,
+             flops: Callable | None = None, bwd_flops: Callable | None = None,
+             saves: tuple[int, ...] = (), saves_output: bool = False,
+             elementwise: bool = False, attrs: tuple[str, ...] = ()) -> Op:
+    """Add an op to :data:`OPS`, every field by keyword (see :class:`Op`).
+
+    Default costs: ``flops`` one per output element; ``bwd_flops`` one per output element
+    for each input that needs a gradient. ``saves`` lists input indices (``(0, 1)`` for a
+    product, whose reverse rule reads both inputs).
+    """
+    if name in OPS:
+        raise ValueError(f"op {name!r} is already registered")
+    if any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in saves):
+        raise TypeError(f"saves must be input indices (non-negative ints), got {saves!r}")
     flops = flops or (lambda out, xs, **a: int(out.size))
     bwd_flops = bwd_flops or (lambda out, xs, needs, **a: int(out.size) * sum(needs))
-    OPS[name] = Op(name, forward, vjp, jvp, flops, bwd_flops, tuple(saves), elementwise,
-                   tuple(attrs))
+    OPS[name] = Op(name, forward, vjp, jvp, flops, bwd_flops, tuple(saves),
+                   bool(saves_output), bool(elementwise), tuple(attrs))
     return OPS[name]
 
 
@@ -76,53 +90,53 @@ def _tsum(*terms):
 
 # ---- elementwise binary ----------------------------------------------------------------
 
-register("add", lambda a, b: a + b,
-         lambda g, out, xs, needs: (g if needs[0] else None, g if needs[1] else None),
-         lambda ts, out, xs: _tsum(*ts), elementwise=True)
+register("add", forward=lambda a, b: a + b,
+         vjp=lambda g, out, xs, needs: (g if needs[0] else None, g if needs[1] else None),
+         jvp=lambda ts, out, xs: _tsum(*ts), elementwise=True)
 
-register("sub", lambda a, b: a - b,
-         lambda g, out, xs, needs: (g if needs[0] else None, -g if needs[1] else None),
-         lambda ts, out, xs: _tsum(ts[0], None if ts[1] is None else -ts[1]),
+register("sub", forward=lambda a, b: a - b,
+         vjp=lambda g, out, xs, needs: (g if needs[0] else None, -g if needs[1] else None),
+         jvp=lambda ts, out, xs: _tsum(ts[0], None if ts[1] is None else -ts[1]),
          elementwise=True)
 
-register("mul", lambda a, b: a * b,
-         lambda g, out, xs, needs: (g * xs[1] if needs[0] else None,
+register("mul", forward=lambda a, b: a * b,
+         vjp=lambda g, out, xs, needs: (g * xs[1] if needs[0] else None,
                                     g * xs[0] if needs[1] else None),
-         lambda ts, out, xs: _tsum(None if ts[0] is None else ts[0] * xs[1],
+         jvp=lambda ts, out, xs: _tsum(None if ts[0] is None else ts[0] * xs[1],
                                    None if ts[1] is None else xs[0] * ts[1]),
-         saves=("x0", "x1"), elementwise=True)
+         saves=(0, 1), elementwise=True)
 
-register("div", lambda a, b: a / b,
-         lambda g, out, xs, needs: (g / xs[1] if needs[0] else None,
+register("div", forward=lambda a, b: a / b,
+         vjp=lambda g, out, xs, needs: (g / xs[1] if needs[0] else None,
                                     -g * xs[0] / (xs[1] * xs[1]) if needs[1] else None),
-         lambda ts, out, xs: _tsum(None if ts[0] is None else ts[0] / xs[1],
+         jvp=lambda ts, out, xs: _tsum(None if ts[0] is None else ts[0] / xs[1],
                                    None if ts[1] is None else -out * ts[1] / xs[1]),
          bwd_flops=lambda out, xs, needs: int(out.size) * (needs[0] + 3 * needs[1]),
-         saves=("x0", "x1"), elementwise=True)
+         saves=(0, 1), elementwise=True)
 
-register("pow", lambda a, b: a ** b,
-         lambda g, out, xs, needs: (g * xs[1] * xs[0] ** (xs[1] - 1) if needs[0] else None,
+register("pow", forward=lambda a, b: a ** b,
+         vjp=lambda g, out, xs, needs: (g * xs[1] * xs[0] ** (xs[1] - 1) if needs[0] else None,
                                     g * out * np.log(xs[0]) if needs[1] else None),
-         lambda ts, out, xs: _tsum(
+         jvp=lambda ts, out, xs: _tsum(
              None if ts[0] is None else ts[0] * xs[1] * xs[0] ** (xs[1] - 1),
              None if ts[1] is None else ts[1] * out * np.log(xs[0])),
          bwd_flops=lambda out, xs, needs: int(out.size) * 3 * sum(needs),
-         saves=("x0", "x1", "out"), elementwise=True)
+         saves=(0, 1), saves_output=True, elementwise=True)
 
 # ---- elementwise unary -----------------------------------------------------------------
 
-register("neg", lambda a: -a, lambda g, out, xs, needs: (-g,),
-         lambda ts, out, xs: -ts[0], elementwise=True)
+register("neg", forward=lambda a: -a, vjp=lambda g, out, xs, needs: (-g,),
+         jvp=lambda ts, out, xs: -ts[0], elementwise=True)
 
-register("exp", np.exp, lambda g, out, xs, needs: (g * out,),
-         lambda ts, out, xs: ts[0] * out, saves=("out",), elementwise=True)
+register("exp", forward=np.exp, vjp=lambda g, out, xs, needs: (g * out,),
+         jvp=lambda ts, out, xs: ts[0] * out, saves_output=True, elementwise=True)
 
-register("log", np.log, lambda g, out, xs, needs: (g / xs[0],),
-         lambda ts, out, xs: ts[0] / xs[0], saves=("x0",), elementwise=True)
+register("log", forward=np.log, vjp=lambda g, out, xs, needs: (g / xs[0],),
+         jvp=lambda ts, out, xs: ts[0] / xs[0], saves=(0,), elementwise=True)
 
-register("tanh", np.tanh, lambda g, out, xs, needs: (g * (1 - out * out),),
-         lambda ts, out, xs: ts[0] * (1 - out * out),
-         bwd_flops=lambda out, xs, needs: 3 * int(out.size), saves=("out",), elementwise=True)
+register("tanh", forward=np.tanh, vjp=lambda g, out, xs, needs: (g * (1 - out * out),),
+         jvp=lambda ts, out, xs: ts[0] * (1 - out * out),
+         bwd_flops=lambda out, xs, needs: 3 * int(out.size), saves_output=True, elementwise=True)
 
 
 def _sigmoid(a):
@@ -131,12 +145,12 @@ def _sigmoid(a):
     return np.where(a >= 0, 1 / (1 + e), e / (1 + e)).astype(a.dtype, copy=False)
 
 
-register("sigmoid", _sigmoid, lambda g, out, xs, needs: (g * out * (1 - out),),
-         lambda ts, out, xs: ts[0] * out * (1 - out),
-         bwd_flops=lambda out, xs, needs: 3 * int(out.size), saves=("out",), elementwise=True)
+register("sigmoid", forward=_sigmoid, vjp=lambda g, out, xs, needs: (g * out * (1 - out),),
+         jvp=lambda ts, out, xs: ts[0] * out * (1 - out),
+         bwd_flops=lambda out, xs, needs: 3 * int(out.size), saves_output=True, elementwise=True)
 
-register("relu", lambda a: np.maximum(a, 0), lambda g, out, xs, needs: (g * (out > 0),),
-         lambda ts, out, xs: ts[0] * (out > 0), saves=("out",), elementwise=True)
+register("relu", forward=lambda a: np.maximum(a, 0), vjp=lambda g, out, xs, needs: (g * (out > 0),),
+         jvp=lambda ts, out, xs: ts[0] * (out > 0), saves_output=True, elementwise=True)
 
 # ---- matrix product --------------------------------------------------------------------
 
@@ -168,12 +182,12 @@ def _matmul_flops(out, xs):
     return 2 * int(max(out.size, 1)) * xs[0].shape[-1]
 
 
-register("matmul", np.matmul, _matmul_vjp,
-         lambda ts, out, xs: _tsum(None if ts[0] is None else ts[0] @ xs[1],
+register("matmul", forward=np.matmul, vjp=_matmul_vjp,
+         jvp=lambda ts, out, xs: _tsum(None if ts[0] is None else ts[0] @ xs[1],
                                    None if ts[1] is None else xs[0] @ ts[1]),
          flops=_matmul_flops,
          bwd_flops=lambda out, xs, needs: _matmul_flops(out, xs) * sum(needs),
-         saves=("x0", "x1"))
+         saves=(0, 1))
 
 # ---- reductions ------------------------------------------------------------------------
 
@@ -198,18 +212,18 @@ def _count(shape, axis):
 
 _red_flops = lambda out, xs, **a: int(xs[0].size)  # noqa: E731
 
-register("sum", lambda a, axis=None, keepdims=False: np.sum(a, axis=axis, keepdims=keepdims),
-         lambda g, out, xs, needs, axis=None, keepdims=False:
+register("sum", forward=lambda a, axis=None, keepdims=False: np.sum(a, axis=axis, keepdims=keepdims),
+         vjp=lambda g, out, xs, needs, axis=None, keepdims=False:
          (np.broadcast_to(_expand(g, xs[0].shape, axis, keepdims), xs[0].shape),),
-         lambda ts, out, xs, axis=None, keepdims=False:
+         jvp=lambda ts, out, xs, axis=None, keepdims=False:
          np.sum(ts[0], axis=axis, keepdims=keepdims),
          flops=_red_flops, bwd_flops=lambda out, xs, needs, **a: 0, attrs=("axis", "keepdims"))
 
-register("mean", lambda a, axis=None, keepdims=False: np.mean(a, axis=axis, keepdims=keepdims),
-         lambda g, out, xs, needs, axis=None, keepdims=False:
+register("mean", forward=lambda a, axis=None, keepdims=False: np.mean(a, axis=axis, keepdims=keepdims),
+         vjp=lambda g, out, xs, needs, axis=None, keepdims=False:
          (np.broadcast_to(_expand(g, xs[0].shape, axis, keepdims)
                           / _count(xs[0].shape, axis), xs[0].shape),),
-         lambda ts, out, xs, axis=None, keepdims=False:
+         jvp=lambda ts, out, xs, axis=None, keepdims=False:
          np.mean(ts[0], axis=axis, keepdims=keepdims),
          flops=_red_flops, bwd_flops=lambda out, xs, needs, **a: int(xs[0].size),
          attrs=("axis", "keepdims"))
@@ -222,14 +236,14 @@ def _max_weights(out, a, axis, keepdims):
     return mask / mask.sum(axis=_axes(axis, a.ndim), keepdims=True)
 
 
-register("max", lambda a, axis=None, keepdims=False: np.max(a, axis=axis, keepdims=keepdims),
-         lambda g, out, xs, needs, axis=None, keepdims=False:
+register("max", forward=lambda a, axis=None, keepdims=False: np.max(a, axis=axis, keepdims=keepdims),
+         vjp=lambda g, out, xs, needs, axis=None, keepdims=False:
          (_expand(g, xs[0].shape, axis, keepdims) * _max_weights(out, xs[0], axis, keepdims),),
-         lambda ts, out, xs, axis=None, keepdims=False:
+         jvp=lambda ts, out, xs, axis=None, keepdims=False:
          np.sum(ts[0] * _max_weights(out, xs[0], axis, keepdims), axis=_axes(axis, xs[0].ndim),
                 keepdims=keepdims),
          flops=_red_flops, bwd_flops=lambda out, xs, needs, **a: 2 * int(xs[0].size),
-         saves=("x0", "out"), attrs=("axis", "keepdims"))
+         saves=(0,), saves_output=True, attrs=("axis", "keepdims"))
 
 # ---- softmax family (fused, so the rule is the textbook one) ------------------------------
 
@@ -251,32 +265,32 @@ def log_softmax_forward(a, axis=-1):
     return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
 
 
-register("softmax", softmax_forward,
-         lambda g, out, xs, needs, axis=-1: (softmax_vjp_rule(g, out, axis),),
-         lambda ts, out, xs, axis=-1: softmax_vjp_rule(ts[0], out, axis),
+register("softmax", forward=softmax_forward,
+         vjp=lambda g, out, xs, needs, axis=-1: (softmax_vjp_rule(g, out, axis),),
+         jvp=lambda ts, out, xs, axis=-1: softmax_vjp_rule(ts[0], out, axis),
          flops=lambda out, xs, **a: 4 * int(out.size),
-         bwd_flops=lambda out, xs, needs, **a: 4 * int(out.size), saves=("out",), attrs=("axis",))
+         bwd_flops=lambda out, xs, needs, **a: 4 * int(out.size), saves_output=True, attrs=("axis",))
 
-register("log_softmax", log_softmax_forward,
-         lambda g, out, xs, needs, axis=-1:
+register("log_softmax", forward=log_softmax_forward,
+         vjp=lambda g, out, xs, needs, axis=-1:
          (g - np.exp(out) * g.sum(axis=axis, keepdims=True),),
-         lambda ts, out, xs, axis=-1:
+         jvp=lambda ts, out, xs, axis=-1:
          ts[0] - (np.exp(out) * ts[0]).sum(axis=axis, keepdims=True),
          flops=lambda out, xs, **a: 5 * int(out.size),
-         bwd_flops=lambda out, xs, needs, **a: 4 * int(out.size), saves=("out",), attrs=("axis",))
+         bwd_flops=lambda out, xs, needs, **a: 4 * int(out.size), saves_output=True, attrs=("axis",))
 
 # ---- shape ops (no arithmetic) -----------------------------------------------------------
 
 _free = dict(flops=lambda out, xs, **a: 0, bwd_flops=lambda out, xs, needs, **a: 0)
 
-register("reshape", lambda a, shape: np.reshape(a, shape),
-         lambda g, out, xs, needs, shape: (np.reshape(g, xs[0].shape),),
-         lambda ts, out, xs, shape: np.reshape(ts[0], shape), attrs=("shape",), **_free)
+register("reshape", forward=lambda a, shape: np.reshape(a, shape),
+         vjp=lambda g, out, xs, needs, shape: (np.reshape(g, xs[0].shape),),
+         jvp=lambda ts, out, xs, shape: np.reshape(ts[0], shape), attrs=("shape",), **_free)
 
-register("transpose", lambda a, axes=None: np.transpose(a, axes),
-         lambda g, out, xs, needs, axes=None:
+register("transpose", forward=lambda a, axes=None: np.transpose(a, axes),
+         vjp=lambda g, out, xs, needs, axes=None:
          (np.transpose(g, None if axes is None else np.argsort(axes)),),
-         lambda ts, out, xs, axes=None: np.transpose(ts[0], axes), attrs=("axes",), **_free)
+         jvp=lambda ts, out, xs, axes=None: np.transpose(ts[0], axes), attrs=("axes",), **_free)
 
 
 def _getitem_vjp(g, out, xs, needs, index):
@@ -285,6 +299,6 @@ def _getitem_vjp(g, out, xs, needs, index):
     return (full,)
 
 
-register("getitem", lambda a, index: a[index], _getitem_vjp,
-         lambda ts, out, xs, index: ts[0][index], attrs=("index",),
+register("getitem", forward=lambda a, index: a[index], vjp=_getitem_vjp,
+         jvp=lambda ts, out, xs, index: ts[0][index], attrs=("index",),
          flops=lambda out, xs, **a: 0, bwd_flops=lambda out, xs, needs, **a: int(out.size))

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from labkit.validate import nonnegative, number, positive
+
 
 class Optimizer:
     def __init__(self, params, lr: float):
         self.params = list(params)
         if not self.params:
             raise ValueError("params is empty: pass model.parameters()")
-        if not lr > 0:
-            raise ValueError(f"lr must be > 0, got {lr}")
-        self.lr = float(lr)
+        self.lr = positive("lr", lr)
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -27,11 +27,9 @@ class SGD(Optimizer):
     def __init__(self, params, lr: float = 0.01, momentum: float = 0.0,
                  weight_decay: float = 0.0):
         super().__init__(params, lr)
-        if not 0 <= momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
-        if not weight_decay >= 0:
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
-        self.momentum, self.weight_decay = float(momentum), float(weight_decay)
+        momentum = number("momentum", momentum, low=0, high=1, high_open=True)
+        weight_decay = nonnegative("weight_decay", weight_decay)
+        self.momentum, self.weight_decay = momentum, weight_decay
         self.velocity = [None] * len(self.params)
 
     def step(self) -> None:
@@ -55,12 +53,11 @@ class SGD(Optimizer):
 class Adam(Optimizer):
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8):
         super().__init__(params, lr)
-        b1, b2 = betas
-        if not (0 <= b1 < 1 and 0 <= b2 < 1):
-            raise ValueError(f"betas must be in [0, 1), got {betas}")
-        if not eps >= 0:
-            raise ValueError(f"eps must be >= 0, got {eps}")
-        self.b1, self.b2, self.eps = float(b1), float(b2), float(eps)
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise TypeError(f"betas must be a pair (b1, b2), got {betas!r}")
+        b1 = number("betas[0]", betas[0], low=0, high=1, high_open=True)
+        b2 = number("betas[1]", betas[1], low=0, high=1, high_open=True)
+        self.b1, self.b2, self.eps = b1, b2, nonnegative("eps", eps)
         self.m = [np.zeros_like(p.data) for p in self.params]
         self.v = [np.zeros_like(p.data) for p in self.params]
         self.t = 0

@@ -1,4 +1,4 @@
-"""Plots for chapters 2 and 3: each takes a result and returns a matplotlib Figure."""
+"""Plots of the engine's experiments (chapter 2): each takes a result and returns a Figure."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,69 +25,4 @@ def plot_mode_cost(sweep, title: str | None = None):
     for a in (a1, a2):
         a.legend(fontsize=8)
         a.grid(alpha=0.3)
-    return fig
-
-
-def plot_leak(results):
-    """Bytes kept alive by the list of losses after each step, one line per result."""
-    fig, ax = _fig()
-    for r in results:
-        steps = np.arange(1, len(r.kept_bytes) + 1)
-        label = f"{r.engine}: append({'loss' if r.strategy == 'tensor' else 'loss.' + r.strategy + '()'})"
-        ax.plot(steps, np.asarray(r.kept_bytes) / 1024, "o-", label=label)
-    ax.set(xlabel="training step", ylabel="KiB kept alive by the list",
-           title="keeping losses in a list")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    return fig
-
-
-def plot_phase_costs(costs):
-    """Bar chart of forward/backward FLOPs and saved bytes (train vs no_grad inference)."""
-    fig, (a1, a2) = _fig(2, (9.5, 3.4))
-    a1.bar(["forward", "backward"], [costs.forward_flops / 1e6, costs.backward_flops / 1e6],
-           color=["#6baed6", "#fd8d3c"])
-    a1.set(ylabel="MFLOP", title=f"one training step (batch {costs.batch})")
-    a2.bar(["training", "inference\n(no_grad)"],
-           [costs.saved_bytes_train / 1024, costs.saved_bytes_inference / 1024],
-           color=["#fd8d3c", "#74c476"])
-    a2.set(ylabel="KiB saved for backward", title="activations held for backward")
-    return fig
-
-
-def plot_batch_sweep(sweep):
-    """Latency (median) and throughput against batch size."""
-    fig, (a1, a2) = _fig(2, (9.5, 3.4))
-    bs = [p.batch for p in sweep.points]
-    a1.plot(bs, [1e3 * p.latency_s for p in sweep.points], "o-")
-    a1.set(xscale="log", xlabel="batch size", ylabel="latency per batch (ms, median)",
-           title="latency")
-    a2.plot(bs, [p.throughput for p in sweep.points], "o-", color="#31a354")
-    a2.set(xscale="log", xlabel="batch size", ylabel="samples / s", title="throughput")
-    for a in (a1, a2):
-        a.grid(alpha=0.3)
-    return fig
-
-
-def plot_precision(result):
-    """Histogram of |output - fp64 output| for each dtype."""
-    fig, ax = _fig()
-    for name, err in result.errors.items():
-        e = np.log10(np.maximum(err.ravel(), 1e-12))
-        ax.hist(e, bins=40, alpha=0.6, label=f"{name}: max {err.max():.2g}")
-    ax.set(xlabel="log10 |output - float64 output|", ylabel="count",
-           title=f"same model, same input (scale {result.scale:g}, width {result.width})")
-    ax.legend(fontsize=8)
-    return fig
-
-
-def plot_mode_accuracy(result):
-    """Test accuracy vs test batch size with the model in train() vs eval() mode."""
-    fig, ax = _fig()
-    ax.plot(result.batch_sizes, result.acc_train_mode, "o-", label="forgot eval(): train mode")
-    ax.plot(result.batch_sizes, result.acc_eval_mode, "s-", label="model.eval()")
-    ax.set(xscale="log", xlabel="test batch size", ylabel="test accuracy", ylim=(0, 1.02),
-           title=f"BatchNorm + Dropout(p={result.p:g}) at test time")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
     return fig

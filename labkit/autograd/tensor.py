@@ -22,6 +22,7 @@ import numpy as np
 
 from labkit.autograd import counters as _counters
 from labkit.autograd.ops import OPS, Op, unbroadcast
+from labkit.validate import integer
 
 _state = threading.local()
 
@@ -59,29 +60,43 @@ def enable_grad() -> _GradMode:
     return _GradMode(True)
 
 
-# the tape of a running trace (see labkit.autograd.trace); None when not tracing
-_TRACE: list = []
+def _trace_stack() -> list:
+    """The tapes of the traces running in this thread (innermost last; empty when not
+    tracing). Thread-local, like grad mode, so a trace in one thread records nothing from
+    another."""
+    stack = getattr(_state, "trace", None)
+    if stack is None:
+        stack = _state.trace = []
+    return stack
 
 
 @contextmanager
 def _tracing(tape: list):
-    _TRACE.append(tape)
+    stack = _trace_stack()
+    stack.append(tape)
     try:
         yield tape
     finally:
-        _TRACE.pop()
+        stack.pop()
 
 
-def _as_array(data, dtype=None) -> np.ndarray:
+def _as_array(data, dtype=None, name: str = "data") -> np.ndarray:
+    """``data`` as a numeric numpy array; None, strings, ragged lists and object arrays are
+    rejected with an error that names ``name`` (issue 16)."""
     if isinstance(data, Tensor):
         data = data.data
-    if dtype is not None:
-        return np.asarray(data, dtype=dtype)
-    if isinstance(data, (np.ndarray, np.generic)):
-        return np.asarray(data)
-    arr = np.asarray(data)
-    if arr.dtype == np.float64:  # Python floats become float32, as in torch.tensor
-        arr = arr.astype(np.float32)
+    if data is None or isinstance(data, (str, bytes)):
+        raise TypeError(f"{name} must be a number or a numeric array, got "
+                        f"{type(data).__name__} {data!r}")
+    try:
+        arr = np.asarray(data) if dtype is None else np.asarray(data, dtype=dtype)
+    except (ValueError, TypeError) as exc:      # ragged nested lists, unconvertible dtype
+        raise ValueError(f"{name} must be a rectangular numeric array ({exc})") from None
+    if arr.dtype == object or arr.dtype.kind in "USVMm":
+        raise TypeError(f"{name} must hold numbers, got dtype {arr.dtype}")
+    if dtype is None and not isinstance(data, (np.ndarray, np.generic)) \
+            and arr.dtype == np.float64:
+        arr = arr.astype(np.float32)     # Python floats become float32, as in torch.tensor
     return arr
 
 
@@ -126,12 +141,12 @@ class OpsMixin:
     def reshape(self, *shape):
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = shape[0]
-        return self._apply("reshape", self, shape=tuple(int(s) for s in shape))
+        return self._apply("reshape", self, shape=tuple(integer("shape", s, low=-1) for s in shape))
 
     def transpose(self, *axes):
         if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
             axes = axes[0]
-        return self._apply("transpose", self, axes=tuple(int(a) for a in axes) or None)
+        return self._apply("transpose", self, axes=tuple(integer("axes", a) for a in axes) or None)
 
     @property
     def T(self):
@@ -139,9 +154,16 @@ class OpsMixin:
 
 
 def _axis(axis):
-    if axis is None or isinstance(axis, (int, np.integer)):
-        return None if axis is None else int(axis)
-    return tuple(int(a) for a in axis)
+    """``axis`` as None, an int or a tuple of ints (bools and strings are refused)."""
+    def one(a):
+        if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)):
+            raise TypeError(f"axis must be None, an int or a tuple of ints, got {axis!r}")
+        return int(a)
+    if axis is None:
+        return None
+    if isinstance(axis, (tuple, list)):
+        return tuple(one(a) for a in axis)
+    return one(axis)
 
 
 def _freeze(index):
@@ -165,6 +187,8 @@ class Tensor(OpsMixin):
 
     def __init__(self, data, requires_grad: bool = False, dtype=None, name: str | None = None):
         self.data = _as_array(data, dtype)
+        if not isinstance(requires_grad, (bool, np.bool_)):
+            raise TypeError(f"requires_grad must be True or False, got {requires_grad!r}")
         if requires_grad and not np.issubdtype(self.data.dtype, np.floating):
             raise ValueError(f"requires_grad=True needs a floating dtype, got {self.data.dtype}")
         self.requires_grad = bool(requires_grad)
@@ -247,7 +271,7 @@ class Tensor(OpsMixin):
                     f"(e.g. ones for the sum of its elements)")
             g = np.ones_like(self.data)
         else:
-            g = _as_array(gradient).astype(self.data.dtype, copy=False)
+            g = _as_array(gradient, name="gradient").astype(self.data.dtype, copy=False)
             if g.shape != self.shape:
                 raise ValueError(f"gradient has shape {g.shape}, but the tensor has shape "
                                  f"{self.shape}; they must match")
@@ -277,38 +301,52 @@ def topological_order(root: Tensor) -> list[Tensor]:
     return order
 
 
+def local_vjp(node: Tensor, g: np.ndarray) -> list[tuple[Tensor, np.ndarray]]:
+    """One step of reverse mode at ``node``: ``(parent, gradient)`` for each parent that
+    requires grad, the gradient being ``g`` times the local Jacobian of ``node``'s op,
+    summed back to the parent's shape. Parents that need no gradient are left out; a parent
+    used twice (``x * x``) appears twice, and its two gradients must be added."""
+    op = node._op
+    if op is None:
+        raise ValueError("local_vjp needs a tensor made by an op (node.is_leaf is False); "
+                         "a leaf has no parents")
+    parents = node._parents
+    needs = tuple(p.requires_grad for p in parents)
+    xs = tuple(p.data for p in parents)
+    pgrads = op.vjp(g, node.data, xs, needs, **node._attrs)
+    counting = _counters.active()
+    if counting:
+        flops = op.bwd_flops(node.data, xs, needs, **node._attrs)
+        for c in counting:
+            c.on_backward(op.name, flops)
+    return [(p, unbroadcast(pg, p.data.shape)) for p, pg in zip(parents, pgrads)
+            if pg is not None and p.requires_grad]
+
+
+def accumulate_grad(leaf: Tensor, g: np.ndarray) -> None:
+    """Add ``g`` into ``leaf.grad`` (create it on the first call), as PyTorch's leaves do."""
+    if leaf.grad is None:
+        leaf.grad = Tensor(np.array(g, dtype=leaf.data.dtype, copy=True))
+    else:
+        leaf.grad.data = leaf.grad.data + g
+
+
 def backprop(root: Tensor, g: np.ndarray) -> None:
+    """Reverse mode: walk ``topological_order(root)`` backwards, sending each node's
+    gradient to its parents (:func:`local_vjp`) and summing what reaches a node from every
+    child before it is processed; leaves accumulate into ``.grad``."""
     grads: dict[int, np.ndarray] = {id(root): g}
-    counting = _counters.ACTIVE
     for node in reversed(topological_order(root)):
         g = grads.pop(id(node), None)
         if g is None:
             continue
-        op = node._op
-        if op is None:
+        if node._op is None:
             if node.requires_grad:
-                if node.grad is None:
-                    node.grad = Tensor(np.array(g, dtype=node.data.dtype, copy=True))
-                else:
-                    node.grad.data = node.grad.data + g
+                accumulate_grad(node, g)
             continue
-        parents = node._parents
-        needs = tuple(p.requires_grad for p in parents)
-        xs = tuple(p.data for p in parents)
-        pgrads = op.vjp(g, node.data, xs, needs, **node._attrs)
-        if counting:
-            flops = op.bwd_flops(node.data, xs, needs, **node._attrs)
-            for c in counting:
-                c.on_backward(op.name, flops)
-        for p, pg in zip(parents, pgrads):
-            if pg is None or not p.requires_grad:
-                continue
-            pg = unbroadcast(pg, p.data.shape)
+        for p, pg in local_vjp(node, g):
             k = id(p)
-            if k in grads:
-                grads[k] = grads[k] + pg
-            else:
-                grads[k] = pg
+            grads[k] = grads[k] + pg if k in grads else pg
 
 
 def _lift(x, like: np.ndarray | None) -> Tensor:
@@ -347,11 +385,11 @@ def apply(op: Op, *operands, **attrs) -> Tensor:
     if record:
         out.requires_grad = True
         out._op, out._parents, out._attrs = op, parents, attrs
-    if _TRACE:
-        _TRACE[-1].append((op, parents, attrs, out))
-    if _counters.ACTIVE:
-        for c in _counters.ACTIVE:
-            c.on_forward(op, out.data, xs, parents, attrs, record)
+    tapes = _trace_stack()
+    if tapes:
+        tapes[-1].append((op, parents, attrs, out))
+    for c in _counters.active():
+        c.on_forward(op, out.data, xs, parents, attrs, record)
     return out
 
 
@@ -361,6 +399,9 @@ def tensor(data, requires_grad: bool = False, dtype=None) -> Tensor:
 
 def graph_nodes(*roots: Tensor) -> list[Tensor]:
     """All tensors reachable from ``roots`` through recorded ops (each once)."""
+    for i, r in enumerate(roots):
+        if not isinstance(r, Tensor):
+            raise TypeError(f"roots[{i}] must be a labkit Tensor, got {type(r).__name__} {r!r}")
     seen: dict[int, Tensor] = {}
     stack = list(roots)
     while stack:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from labkit.autograd.ops import OPS
-from labkit.autograd.tensor import Tensor, _tracing, no_grad
+from labkit.autograd.tensor import Tensor, _as_array, _tracing, no_grad
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,13 +144,15 @@ def trace(fn, *example_inputs, names: tuple[str, ...] | None = None) -> Graph:
     Tensors ``fn`` uses that are not derived from the inputs (weights, literals) become
     ``const`` nodes. ``fn`` returns a Tensor or a tuple of Tensors.
     """
+    if not callable(fn):
+        raise TypeError(f"fn must be a function, got {type(fn).__name__} {fn!r}")
     if not example_inputs:
         raise ValueError("trace needs at least one example input")
     names = tuple(names) if names else tuple(f"x{i}" if len(example_inputs) > 1 else "x"
                                              for i in range(len(example_inputs)))
     if len(names) != len(example_inputs):
         raise ValueError(f"names has {len(names)} entries for {len(example_inputs)} inputs")
-    ins = [Tensor(getattr(a, "data", a)) for a in example_inputs]
+    ins = [Tensor(_as_array(a, name=f"example_inputs[{i}]")) for i, a in enumerate(example_inputs)]
     tape: list = []
     with no_grad(), _tracing(tape):
         result = fn(*ins)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from labkit.check.core import Wrong, exercise
-from labkit.launch import blocks_needed
+from labkit.grid import blocks_needed
 
 CASES = [(1, 1), (1, 256), (255, 256), (256, 256), (257, 256), (1000, 256), (4096, 128),
          (10**6 + 3, 1024), (7, 3), (31, 32), (33, 32)]

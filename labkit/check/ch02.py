@@ -1,12 +1,19 @@
 """Checks for chapter 02: computation graphs and automatic differentiation."""
 from __future__ import annotations
 
+import contextlib
+import sys
+
 import numpy as np
 
 from labkit.autograd import Tensor
+from labkit.autograd import passes as _passes
 from labkit.autograd.ops import OPS, softmax_forward, softmax_vjp_rule, unbroadcast
 from labkit.autograd.passes import eliminate_dead_code as _dce
-from labkit.autograd.tensor import topological_order
+from labkit.autograd.tensor import accumulate_grad, local_vjp, topological_order
+
+_tensor = sys.modules["labkit.autograd.tensor"]    # the module (the package exports a function
+#                                                    named ``tensor`` too)
 from labkit.autograd.trace import trace
 from labkit.check.core import Wrong, exercise, expect_close
 
@@ -150,8 +157,28 @@ def _dce_graphs():
         yield f, rng.normal(size=(5, 4))
 
 
+@contextlib.contextmanager
+def _forbid(module, name, what):
+    """While checking, ``module.name`` raises: the answer must not call labkit's own."""
+    original = getattr(module, name)
+
+    def tripwire(*args, **kwargs):
+        raise Wrong(f"your answer calls labkit's {what}: write it yourself.")
+    setattr(module, name, tripwire)
+    try:
+        yield original
+    finally:
+        setattr(module, name, original)
+
+
 @exercise("2.5", "dead-code elimination pass", reference=_dce, binds="eliminate_dead_code")
 def _(eliminate_dead_code):
+    with _forbid(_passes, "eliminate_dead_code", "eliminate_dead_code pass"), \
+            _forbid(_passes, "optimize", "optimize pipeline"):
+        _check_dce(eliminate_dead_code)
+
+
+def _check_dce(eliminate_dead_code):
     for f, x in _dce_graphs():
         g = trace(f, x)
         before = [n.name for n in g.nodes]
@@ -176,3 +203,115 @@ def _(eliminate_dead_code):
         r1, r2 = (r1 if isinstance(r1, tuple) else (r1,)), (r2 if isinstance(r2, tuple) else (r2,))
         for a, b in zip(r1, r2):
             expect_close(a, b, "the optimized graph's result")
+
+
+# ---- 2.6 backward with your own topological order ------------------------------------------
+
+def _reference_backward(loss):
+    """Reference 2.6: reverse-mode accumulation over the topological order.
+
+    Gradients of every node start at zero except the loss (1); walking the order backwards,
+    a node's gradient is complete when it is reached (all its consumers came later in the
+    order), so it is sent to its parents through the local vector-Jacobian product and
+    *added* (+=) to theirs; a leaf that requires grad accumulates into ``.grad``."""
+    grads = {id(loss): np.ones_like(loss.data)}
+    for node in reversed(topological_order(loss)):
+        g = grads.pop(id(node), None)
+        if g is None:
+            continue
+        if node.is_leaf:
+            if node.requires_grad:
+                accumulate_grad(node, g)
+            continue
+        for parent, pg in local_vjp(node, g):
+            grads[id(parent)] = grads[id(parent)] + pg if id(parent) in grads else pg
+
+
+def _torch_grads(build, leaves):
+    """Gradients torch computes for the same program on float64 copies of ``leaves``."""
+    import torch
+
+    ts = [torch.tensor(np.asarray(t.data, np.float64), requires_grad=True) for t in leaves]
+    build(*ts).backward()
+    return [t.grad.numpy() for t in ts]
+
+
+def _backward_cases():
+    rng = np.random.default_rng(26)
+
+    def diamond(x, w):
+        a = x * w
+        return (a.exp() + a * x).sum()
+    yield "diamond (a node used twice)", diamond, [rng.normal(size=3), rng.normal(size=3)]
+
+    def square(x):
+        return (x * x).sum()
+    yield "x * x (one parent reached twice)", square, [rng.normal(size=4)]
+
+    def mlp(x, w1, w2):
+        return ((x @ w1).tanh() @ w2).sum()
+    yield "two-layer network", mlp, [rng.normal(size=(5, 4)), rng.normal(size=(4, 6)),
+                                     rng.normal(size=(6, 2))]
+
+
+@exercise("2.6", "backward(): reverse-mode accumulation over your topological order",
+          reference=_reference_backward, binds="backward")
+def _(backward):
+    original = _tensor.Tensor.backward
+
+    def tripwire(self, gradient=None):
+        raise Wrong("your backward calls labkit's loss.backward(): walk the graph yourself "
+                    "with topo_order and local_vjp.")
+    _tensor.Tensor.backward = tripwire
+    try:
+        with _forbid(_tensor, "backprop", "backprop"):
+            _check_backward(backward)
+    finally:
+        _tensor.Tensor.backward = original
+
+
+def _check_backward(backward):
+    for name, build, arrays in _backward_cases():
+        leaves = [Tensor(a, requires_grad=True) for a in arrays]
+        const = Tensor(np.ones(1))                       # needs no gradient
+        backward(build(*leaves) * const.sum())
+        want = _torch_grads(build, leaves)
+        if const.grad is not None:
+            raise Wrong("a tensor with requires_grad=False got a .grad: only leaves that "
+                        "require grad accumulate one.")
+        for i, (t, w) in enumerate(zip(leaves, want)):
+            if t.grad is None:
+                raise Wrong(f"on the {name} graph input {i} got no gradient: walk the order "
+                            f"in reverse (loss first) and set the leaves' .grad.")
+            got = np.asarray(getattr(t.grad, "data", t.grad))
+            if got.shape != w.shape:
+                raise Wrong(f"on the {name} graph the gradient of input {i} has shape "
+                            f"{got.shape}, expected {w.shape}.")
+            if not np.allclose(got, w, rtol=1e-6, atol=1e-9):
+                half = np.allclose(got * 2, w, rtol=1e-6) or np.allclose(got, w / 2, rtol=1e-6)
+                raise Wrong(f"on the {name} graph the gradient of input {i} differs from "
+                            f"torch's (max error {np.abs(got - w).max():.3g})"
+                            + (": a node that feeds two others must ADD both contributions "
+                               "(+=), not keep the last one." if half or "twice" in name
+                               else ": a node must be processed only after every node that "
+                                    "uses it, i.e. in reverse topological order."))
+    # leaves accumulate across calls, as in PyTorch
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    backward((x * 3.0).sum())
+    backward((x * x).sum())
+    got = np.asarray(getattr(x.grad, "data", x.grad))
+    if not np.allclose(got, [3.0 + 2.0, 3.0 + 4.0]):
+        raise Wrong("calling backward twice must add into .grad (as torch does), not "
+                    f"replace it: got {got}, expected [5. 7.].")
+    # deep graphs: the order must come from a loop, not recursion
+    d = Tensor(np.array(0.5), requires_grad=True)
+    z = d
+    for _ in range(3000):
+        z = z * 1.0001
+    backward(z)
+    expect_close(np.asarray(getattr(d.grad, "data", d.grad)), 1.0001 ** 3000,
+                 "gradient through a 3000-deep chain")
+    from labkit.training.train import torch_gradient_error
+    err = torch_gradient_error(backward)
+    if not err < 1e-9:
+        raise Wrong(f"on the digits MLP your gradients differ from torch's by up to {err:.3g}.")

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from labkit.autograd.inference import BatchPoint, BatchSweep
-from labkit.autograd.modes import batchnorm_eval, inverted_dropout
+from labkit.training.inference import BatchPoint, BatchSweep
+from labkit.training.modes import batchnorm_eval, inverted_dropout
 from labkit.check.core import Wrong, exercise, expect_close, expect_equal, expect_raises
 
 
@@ -144,3 +144,46 @@ def _(dropout_train):
                      hint="x * keep_mask / (1 - p)")
     expect_raises(lambda: dropout_train(np.ones(2), np.ones(2), 1.0), ValueError,
                   "dropout_train(..., p=1.0)", hint="p must be in [0, 1): raise ValueError")
+
+
+# ---- 3.6 KV-cache sizing --------------------------------------------------------------------
+
+def _kv_bytes_per_token_per_layer(n_heads, n_kv_heads, head_dim, dtype_bytes=2):
+    """Reference 3.6: 2 · n_kv_heads · head_dim · dtype_bytes (a key and a value per KV head;
+    the query heads do not count: queries are not cached)."""
+    from labkit.training.inference import kv_cache_bytes_per_token_per_layer
+    return kv_cache_bytes_per_token_per_layer(n_kv_heads, head_dim, dtype_bytes)
+
+
+# (n_heads, n_kv_heads, head_dim, dtype_bytes): Llama-2-7B (MHA), Llama-2-70B (GQA, 8 KV
+# heads), multi-query attention, fp32, and a small GQA shape measured in torch below
+KV_CASES = [(32, 32, 128, 2), (64, 8, 128, 2), (16, 1, 64, 2), (12, 4, 64, 4), (8, 2, 16, 2)]
+
+
+@exercise("3.6", "KV-cache bytes per token per layer (with grouped-query attention)",
+          reference=_kv_bytes_per_token_per_layer, binds="kv_bytes_per_token_per_layer")
+def _(kv_bytes_per_token_per_layer):
+    for n_heads, n_kv, d, nb in KV_CASES:
+        got = kv_bytes_per_token_per_layer(n_heads, n_kv, d, nb)
+        want = 2 * n_kv * d * nb
+        if got == want:
+            continue
+        where = f"kv_bytes_per_token_per_layer({n_heads}, {n_kv}, {d}, {nb}) = {got!r}, expected {want}"
+        if got == want // 2:
+            raise Wrong(f"{where}: the cache keeps a key AND a value vector per KV head (x 2).")
+        if n_kv != n_heads and got in (2 * n_heads * d * nb, n_heads * d * nb):
+            raise Wrong(f"{where}: with grouped-query attention only the {n_kv} key/value heads "
+                        f"are cached; the {n_heads} query heads share them (queries are not "
+                        f"cached).")
+        if got == want * 8:
+            raise Wrong(f"{where}: dtype_bytes is already in bytes (2 for bf16), not bits.")
+        if got in (want * n_heads, want * n_kv):
+            raise Wrong(f"{where}: head_dim is the size of one head; do not multiply by the "
+                        f"heads twice.")
+        raise Wrong(f"{where}.")
+    # the formula against a real cache: a tiny GQA decoder in torch, 2 layers, 12 tokens
+    from labkit.training.inference import torch_kv_cache_bytes
+    measured = torch_kv_cache_bytes(n_heads=8, n_kv_heads=2, head_dim=16, layers=2, steps=12)
+    predicted = kv_bytes_per_token_per_layer(8, 2, 16, 2) * 2 * 12
+    expect_equal(predicted, measured, "your formula x layers x tokens vs the bytes torch's "
+                 "cache holds")

@@ -31,6 +31,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from labkit.validate import boolean, divides, integer, one_of
+
 PRECISIONS = ("fp32", "mixed")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 RECOMPUTE = ("none", "selective", "full")
@@ -43,19 +45,12 @@ _BYTES = {
 
 
 def _check_int(name: str, value, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int,)) and not (
-            hasattr(value, "__index__")):
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    value = int(value)
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    return value
+    """An int >= ``low``; an integral float (7.5e9) is accepted, bool/str/NaN are not."""
+    return integer(name, value, low=low)
 
 
 def _check_choice(name: str, value, allowed: tuple) -> str:
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
-    return value
+    return one_of(name, value, allowed)
 
 
 @dataclass(frozen=True)
@@ -122,17 +117,20 @@ def activation_bytes_per_layer(seq: int, batch: int, hidden: int, heads: int, tp
                                recompute: str = "none") -> float:
     """Activation bytes per transformer layer per tensor-parallel rank (Korthikanti Table 2).
 
+    Tensor parallelism splits the attention heads over the ``tp`` ranks (Shoeybi et al.,
+    Megatron-LM, 2019, §3), so ``tp`` must divide ``heads``.
+
     ``recompute``: 'none', 'selective' (recompute the attention core: drops 5as²b/t) or
     'full' (keep only the layer input: 2sbh). Returns a float because 24/t need not divide.
     """
     s, b, h, a = (_check_int(n, v, 1) for n, v in
                   (("seq", seq), ("batch", batch), ("hidden", hidden), ("heads", heads)))
     t = _check_int("tp", tp, 1)
-    if not isinstance(sequence_parallel, bool):
-        raise ValueError(f"sequence_parallel must be True or False, got {sequence_parallel!r}")
+    boolean("sequence_parallel", sequence_parallel)
     _check_choice("recompute", recompute, RECOMPUTE)
     if h % a:
         raise ValueError(f"hidden ({h}) must be a multiple of heads ({a})")
+    divides("tp", t, "heads", a)     # Megatron splits the heads over the t ranks
     sbh = s * b * h
     if recompute == "full":
         return 2.0 * sbh
@@ -182,6 +180,8 @@ def mlp_saved_bytes(batch: int, widths, bytes_per_element: int = 4) -> int:
     saves its input (batch × width_in); a ReLU saves its output, which is the next Linear's
     input (the same tensor, counted once). Total = batch · Σ widths[:-1] · bytes."""
     b = _check_int("batch", batch, 1)
+    if isinstance(widths, (str, bytes)) or not hasattr(widths, "__iter__"):
+        raise TypeError(f"widths must be a sequence of layer widths, got {widths!r}")
     widths = list(widths)
     if len(widths) < 2:
         raise ValueError(f"widths needs at least 2 entries, got {widths}")

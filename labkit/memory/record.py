@@ -18,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 
+from labkit.validate import integer
 from labkit.memory.trace import Trace
 
 PHASES = ("setup", "forward", "backward", "optimizer", "zero_grad")
@@ -109,10 +110,15 @@ class StepSpec:
     seed: int = 0
 
     def __post_init__(self):
-        if len(self.widths) < 2 or any(int(w) < 1 for w in self.widths):
+        if isinstance(self.widths, (str, bytes)) or not hasattr(self.widths, "__iter__"):
+            raise TypeError(f"widths must be a sequence of layer widths, got {self.widths!r}")
+        widths = tuple(integer(f"widths[{i}]", w, low=1) for i, w in enumerate(self.widths))
+        if len(widths) < 2:
             raise ValueError(f"widths must be >= 2 positive ints, got {self.widths}")
-        if self.batch < 1 or self.steps < 1:
-            raise ValueError(f"batch and steps must be >= 1, got {self.batch}, {self.steps}")
+        object.__setattr__(self, "widths", widths)
+        object.__setattr__(self, "batch", integer("batch", self.batch, low=1))
+        object.__setattr__(self, "steps", integer("steps", self.steps, low=1))
+        object.__setattr__(self, "seed", integer("seed", self.seed, low=0))
 
 
 def record_training_step(spec: StepSpec = StepSpec(), *, include_setup: bool = True) -> Trace:

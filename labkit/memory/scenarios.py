@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from labkit.validate import integer, nonnegative, positive
 from labkit.memory.allocator import CachingAllocator, MemoryStats, OutOfMemoryError, SegmentInfo
 from labkit.memory.constants import MiB
 
@@ -31,12 +32,16 @@ def request_walkthrough(sizes_mb, free_indices=(), then_mb: float | None = None,
                         empty_cache: bool = False) -> list[Step]:
     """Allocate ``sizes_mb`` (MiB, floats allowed) in order, free the requests at
     ``free_indices``, optionally allocate ``then_mb``, optionally ``empty_cache()``."""
-    sizes = [float(s) for s in sizes_mb]
-    if not sizes or any(s <= 0 for s in sizes):
+    if isinstance(sizes_mb, (str, bytes)) or not hasattr(sizes_mb, "__iter__"):
+        raise TypeError(f"sizes_mb must be a list of sizes in MiB, got {sizes_mb!r}")
+    sizes = [positive(f"sizes_mb[{i}]", s) for i, s in enumerate(sizes_mb)]
+    if not sizes:
         raise ValueError(f"sizes_mb must be a non-empty list of sizes > 0, got {sizes_mb}")
     for i in free_indices:
-        if not isinstance(i, int) or not 0 <= i < len(sizes):
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(sizes):
             raise ValueError(f"free_indices must be ints in [0, {len(sizes) - 1}], got {i!r}")
+    if then_mb is not None:
+        then_mb = positive("then_mb", then_mb)
     alloc = CachingAllocator(max_split_size_mb=max_split_size_mb,
                              expandable_segments=expandable_segments)
     steps, blocks = [], []
@@ -51,8 +56,6 @@ def request_walkthrough(sizes_mb, free_indices=(), then_mb: float | None = None,
         alloc.free(blocks[i])
         snap(f"free #{i}")
     if then_mb is not None:
-        if float(then_mb) <= 0:
-            raise ValueError(f"then_mb must be > 0, got {then_mb}")
         alloc.malloc(max(1, int(float(then_mb) * MiB)))
         snap(f"malloc {float(then_mb):g} MiB")
     if empty_cache:
@@ -94,11 +97,10 @@ def growing_batch_pattern(fix: str = "none", *, capacity_mb: int = 1024, steps: 
     and frees the activation. ``fix`` is one of :data:`FIXES`."""
     if fix not in FIXES:
         raise ValueError(f"fix must be one of {tuple(FIXES)}, got {fix!r}")
-    for name, v in (("capacity_mb", capacity_mb), ("steps", steps)):
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-    if start_mb <= 0 or growth_mb < 0 or kept_mb <= 0:
-        raise ValueError("start_mb and kept_mb must be > 0 and growth_mb >= 0")
+    capacity_mb = integer("capacity_mb", capacity_mb, low=1)
+    steps = integer("steps", steps, low=1)
+    start_mb, kept_mb = positive("start_mb", start_mb), positive("kept_mb", kept_mb)
+    growth_mb = nonnegative("growth_mb", growth_mb)
     alloc = CachingAllocator(
         capacity=capacity_mb * MiB,
         max_split_size_mb=64 if fix == "max_split_size_mb" else None,
@@ -206,10 +208,10 @@ def holes_oom_pattern(fix: str = "none", *, capacity_mb: int = 768, big_mb: int 
     because each is split. ``fix`` is one of :data:`HOLE_FIXES`."""
     if fix not in HOLE_FIXES:
         raise ValueError(f"fix must be one of {tuple(HOLE_FIXES)}, got {fix!r}")
-    for name, v in (("capacity_mb", capacity_mb), ("big_mb", big_mb), ("n_small", n_small),
-                    ("small_mb", small_mb), ("final_mb", final_mb)):
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    capacity_mb, big_mb, n_small, small_mb, final_mb = (
+        integer(name, v, low=1) for name, v in (
+            ("capacity_mb", capacity_mb), ("big_mb", big_mb), ("n_small", n_small),
+            ("small_mb", small_mb), ("final_mb", final_mb)))
     alloc = CachingAllocator(
         capacity=capacity_mb * MiB,
         max_split_size_mb=256 if fix == "max_split_size_mb" else None,

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 from labkit.memory.constants import format_size
+from labkit.show import show as _show
 
 
 def show_walkthrough(first_mb: float, second_mb: float, then_mb: float,
                      max_split_size_mb: str, expandable_segments: bool):
     """Allocate two requests and a 0.5 MiB one, free the first, request ``then_mb``."""
-    import matplotlib.pyplot as plt
-
     from labkit.memory.plots import plot_segment_map
     from labkit.memory.scenarios import request_walkthrough
 
@@ -20,9 +19,7 @@ def show_walkthrough(first_mb: float, second_mb: float, then_mb: float,
     print(f"allocated {format_size(last.allocated_bytes)}, reserved "
           f"{format_size(last.reserved_bytes)}, fragmentation {last.fragmentation:.1%}, "
           f"segments {last.num_segments}")
-    fig = plot_segment_map(steps[-1].segments, title="Segment map after the last request")
-    plt.show()
-    plt.close(fig)
+    _show(plot_segment_map(steps[-1].segments, title="Segment map after the last request"))
 
 
 def walkthrough_widget():
@@ -42,8 +39,6 @@ def walkthrough_widget():
 
 
 def show_budget(log10_params: float, precision: str, optimizer: str, zero_stage: int, dp: int):
-    import matplotlib.pyplot as plt
-
     from labkit.memory.estimator import model_state_bytes
     from labkit.memory.plots import plot_model_state
 
@@ -51,11 +46,9 @@ def show_budget(log10_params: float, precision: str, optimizer: str, zero_stage:
     st = model_state_bytes(n, precision, optimizer, zero_stage, dp)
     print(f"{n:,} parameters: total {format_size(st.total)} per GPU "
           f"({st.total / max(n, 1):.2f} bytes/parameter)")
-    fig = plot_model_state({"parameters": st.params, "gradients": st.grads,
+    _show(plot_model_state({"parameters": st.params, "gradients": st.grads,
                             "optimizer states": st.optimizer},
-                           title=f"{precision}, {optimizer}, ZeRO-{zero_stage}, dp={dp}")
-    plt.show()
-    plt.close(fig)
+                           title=f"{precision}, {optimizer}, ZeRO-{zero_stage}, dp={dp}"))
 
 
 def budget_widget():
@@ -73,22 +66,21 @@ def budget_widget():
 
 def show_activations(seq: int, hidden: int, heads: int, batch: int, tp: int,
                      sequence_parallel: bool):
-    import matplotlib.pyplot as plt
-
     from labkit.memory.estimator import RECOMPUTE, activation_bytes_per_layer
     from labkit.memory.plots import plot_recompute_activations
 
     if hidden % heads:
         print(f"hidden ({hidden}) must be a multiple of heads ({heads})")
         return
+    if heads % tp:
+        print(f"tp ({tp}) must divide heads ({heads}): each rank holds heads/tp of them")
+        return
     vals = {r: activation_bytes_per_layer(seq, batch, hidden, heads, tp, sequence_parallel, r)
             for r in RECOMPUTE}
     for r, v in vals.items():
         print(f"recompute={r:9s}: {format_size(v)} per layer")
-    fig = plot_recompute_activations(
-        vals, title=f"Korthikanti Table 2: s={seq}, b={batch}, h={hidden}, a={heads}, t={tp}")
-    plt.show()
-    plt.close(fig)
+    _show(plot_recompute_activations(
+        vals, title=f"Korthikanti Table 2: s={seq}, b={batch}, h={hidden}, a={heads}, t={tp}"))
 
 
 def activation_widget():
@@ -100,5 +92,5 @@ def activation_widget():
         hidden=w.IntSlider(value=4096, min=512, max=12288, step=512, description="hidden"),
         heads=w.IntSlider(value=32, min=8, max=96, step=8, description="heads"),
         batch=w.IntSlider(value=1, min=1, max=16, description="batch"),
-        tp=w.IntSlider(value=1, min=1, max=8, description="tp"),
+        tp=w.SelectionSlider(options=[1, 2, 4, 8], value=1, description="tp"),
         sequence_parallel=w.Checkbox(value=False, description="sequence parallel"))
