@@ -39,8 +39,10 @@ test: $(STAMP) browser-deps
 notebooks: $(STAMP)
 	$(PY) -m labkit.grade.generate
 
+# make grade SUBMISSIONS=dir [CHAPTERS="2 5"] [NOTEBOOKS="02_autodiff"]: one assignment or all
 grade: $(STAMP)
-	$(VENV)/bin/labkit-grade $(SUBMISSIONS) --out $(OUTDIR)
+	$(VENV)/bin/labkit-grade $(SUBMISSIONS) --out $(OUTDIR) --jobs $(JOBS) \
+	  $(if $(CHAPTERS),--chapters $(CHAPTERS)) $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS))
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py

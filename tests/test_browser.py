@@ -1,5 +1,7 @@
-"""A real browser: JupyterLab in headless Chromium runs each chapter, moves the first slider
-of the cell tagged ``browser-test`` and sees the widget's output change.
+"""A real browser: JupyterLab in headless Chromium runs each chapter up to the cell tagged
+``browser-test`` (the cells above it, then that cell), moves its first slider and sees the
+widget's output change, with its plot (an ``<img>`` in the widget's output) present and
+decoded after the move.
 
 Needs Debian's Chromium (``make test`` installs it as root) and Python Playwright; never
 ``playwright install``. Screenshots go to a folder the test prints.
@@ -100,11 +102,12 @@ READY = """() => {
   return ctx.isReady && k.connectionStatus === 'connected' && k.status === 'idle';
 }"""
 
-# Run-all is over when every code cell has an execution count, or when a cell shows an
-# error (JupyterLab stops the queue there); read from the notebook model, not the DOM.
-ALL_RUN = """() => {
+# Running is over when every code cell up to the tagged one has an execution count, or
+# when one of them shows an error (JupyterLab stops the queue there); read from the
+# notebook model, not the DOM.
+ALL_RUN = """(last) => {
   const nb = window.jupyterapp.shell.currentWidget.content;
-  const cells = nb.widgets.filter(c => c.model.type === 'code');
+  const cells = nb.widgets.slice(0, last + 1).filter(c => c.model.type === 'code');
   for (const c of cells) {
     const outs = c.model.outputs;
     for (let i = 0; i < outs.length; i++) {
@@ -115,10 +118,45 @@ ALL_RUN = """() => {
   return cells.length > 0 && cells.every(c => c.model.executionCount !== null) ? 'done' : false;
 }"""
 
+# Only the cells a learner runs to reach the widget: everything above the tagged cell, then
+# the tagged cell itself (the labs after it are covered by the nbval runs).
+RUN_TO = """(index) => {
+  const app = window.jupyterapp;
+  app.shell.currentWidget.content.activeCellIndex = index;
+  app.commands.execute('notebook:run-all-above')
+    .then(() => app.commands.execute('notebook:run-cell'));
+}"""
+
 TAGGED_INDEX = """() => {
   const nb = window.jupyterapp.shell.currentWidget.content;
   return nb.widgets.findIndex(c => (c.model.getMetadata('tags') || []).includes('browser-test'));
 }"""
+
+
+IMAGE_READY = """el => {
+  const imgs = [...el.querySelectorAll('.widget-output img')];
+  return imgs.length > 0 && imgs.every(i => i.complete && i.naturalWidth > 0);
+}"""
+
+IMAGES = "els => els.flatMap(e => [...e.querySelectorAll('img')]).map(i => [i.complete, i.naturalWidth])"
+
+
+def _ends(text: str) -> str:
+    """The start and the end of a long text (a traceback's last line is what matters)."""
+    return text if len(text) < 900 else f"{text[:200]} [...] {text[-600:]}"
+
+
+def settle(cell, steady_for: int = 3, limit: int = 40) -> str:
+    """The output once it has not changed for ``steady_for`` half-second looks."""
+    last, steady = snapshot(cell), 0
+    for _ in range(limit):
+        time.sleep(0.5)
+        now = snapshot(cell)
+        steady = steady + 1 if now == last else 0
+        last = now
+        if steady >= steady_for:
+            break
+    return last
 
 
 def snapshot(cell) -> str:
@@ -142,11 +180,12 @@ def test_slider_changes_the_result(lab, name, record_property):
             page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
             page.evaluate("async () => { await window.jupyterapp.restored; }")
             page.wait_for_function(READY, timeout=120_000)
-            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
-            outcome = page.wait_for_function(ALL_RUN, timeout=240_000, polling=500).json_value()
-            assert outcome == "done", f"{name}: run-all stopped at an {outcome}"
             index = page.evaluate(TAGGED_INDEX)
             assert index >= 0, f"{name}: no cell tagged browser-test"
+            page.evaluate(RUN_TO, index)
+            outcome = page.wait_for_function(ALL_RUN, arg=index, timeout=240_000,
+                                             polling=500).json_value()
+            assert outcome == "done", f"{name}: running up to the widget stopped at an {outcome}"
             cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
             cell.scroll_into_view_if_needed()
             handle = cell.locator(".widget-slider .noUi-handle").first
@@ -157,23 +196,34 @@ def test_slider_changes_the_result(lab, name, record_property):
             before = snapshot(cell)
             readout = cell.locator(".widget-readout").first.inner_text()
             handle.focus()
-            for _ in range(3):
-                handle.press("ArrowRight")
+            handle.press("ArrowRight")             # one step: one update to wait for
+            if cell.locator(".widget-readout").first.inner_text() == readout:
+                handle.press("ArrowLeft")          # it sat at its maximum
+                handle.press("ArrowLeft")
             deadline = time.time() + 60
             while snapshot(cell) == before and time.time() < deadline:
                 time.sleep(0.25)
-            after = snapshot(cell)
-            for _ in range(20):                    # let the last update land before the shot
-                time.sleep(0.5)
-                if snapshot(cell) == after:
+            # the plot itself, not a change of text alone: once the output has settled it
+            # holds an <img> that has loaded and decoded (an undecoded or broken image has
+            # naturalWidth 0); settle again if it has not, so the shot shows the final state
+            element, image_ready = cell.element_handle(), False
+            deadline = time.time() + 90
+            while time.time() < deadline:
+                after = settle(cell)
+                image_ready = page.evaluate(IMAGE_READY, element)
+                if image_ready and snapshot(cell) == after:
                     break
-                after = snapshot(cell)
-            cell.locator(".widget-output").last.evaluate(
-                "el => Promise.all([...el.querySelectorAll('img')].map(i => i.decode()))")
+                time.sleep(0.5)
+            no_image = "" if image_ready else (
+                f"{name}: after the slider moved, the widget's output holds no decoded image "
+                f"(its plot): images (complete, width) = "
+                f"{cell.locator('.widget-output').evaluate_all(IMAGES)}; text: "
+                f"{_ends(cell.locator('.widget-output').last.inner_text())!r}")
             shot = SHOTS / f"{Path(name).stem}.png"
             cell.screenshot(path=str(shot))
             record_property("screenshot", str(shot))
             print(f"\nscreenshot: {shot}")
+            assert not no_image, no_image
             assert cell.locator(".widget-readout").first.inner_text() != readout, \
                 "the slider did not move"
             assert after != before, f"{name}: moving the slider did not change the output"

@@ -119,3 +119,122 @@ def test_chapter_follows_the_house_rules(path):
     assert len(browser) == 1 and widget_call.search(browser[0].source)
     assert len(exercises) >= (1 if chapter == 0 else 4)
     assert widgets >= (1 if chapter == 0 else 2)
+
+
+# ---- widget lints: predict before every widget; widgets come from labkit builders ---------
+
+WIDGET_BUILD = re.compile(r"(?<!def )\b(\w+_widget)\(")
+PREDICT_CALL = re.compile(r"\bpredict\(")
+BARE_WIDGET = re.compile(r"\b(interact|interactive|interact_manual)\(|\bwidgets\.[A-Z]\w*\(|"
+                         r"\b\w+_(explorer|view)\(")
+SECTION = re.compile(r"^#{1,2}\s", re.M)
+
+
+def sections(nb):
+    """The notebook's code cells grouped by section (a markdown `#` or `##` heading)."""
+    groups = [[]]
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and SECTION.search(cell.source):
+            groups.append([])
+        elif cell.cell_type == "code":
+            groups[-1].append(cell)
+    return groups
+
+
+def predict_problems(nb) -> list[str]:
+    """Cells that build a widget with no `predict(` before them in the same section."""
+    problems = []
+    for cells in sections(nb):
+        predicted = False
+        for cell in cells:
+            build = WIDGET_BUILD.search(cell.source)
+            guess = PREDICT_CALL.search(cell.source)
+            if build and not predicted and not (guess and guess.start() < build.start()):
+                problems.append(f"cell {cell.get('id')}: {build.group(1)}(...) with no "
+                                f"predict(...) before it in its section")
+            predicted = predicted or bool(guess)
+    return problems
+
+
+def builder_problems(nb) -> list[str]:
+    """Cells that build widgets by hand instead of calling a labkit `*_widget(` builder."""
+    return [f"cell {c.get('id')}: {m.group(0)}...) — use a *_widget() builder from labkit"
+            for c in nb.cells if c.cell_type == "code"
+            for m in [BARE_WIDGET.search(c.source)] if m]
+
+
+# Chapters still being converted when these lints were added (2026-11-30): remove a name
+# when its chapter passes (xfail is not strict, so a fixed chapter does not fail CI).
+PREDICT_XFAIL: set[str] = set()
+BUILDER_XFAIL = {"00_start_here.ipynb"}      # its Amdahl cell still calls interact(...)
+
+
+def lint_params(xfail):
+    return [pytest.param(p, id=p.stem, marks=[pytest.mark.xfail(
+        reason="chapter not converted yet", strict=False)] if p.name in xfail else [])
+        for p in solution_paths()]
+
+
+@pytest.mark.parametrize("path", lint_params(PREDICT_XFAIL))
+def test_every_widget_is_preceded_by_a_prediction(path):
+    nb = nbformat.read(path, as_version=4)
+    assert predict_problems(nb) == []
+
+
+@pytest.mark.parametrize("path", lint_params(BUILDER_XFAIL))
+def test_widgets_are_built_by_labkit_builders(path):
+    nb = nbformat.read(path, as_version=4)
+    assert builder_problems(nb) == []
+
+
+def test_the_widget_lints_can_fail():
+    nb = notebook([md("## A"), code("w = cost_widget(world=4)"),
+                   md("## B"), code('predict("k", guess, "q")'), code("budget_widget()"),
+                   md("### still B"), code("x_widget()"),
+                   md("## C"), code('x_widget(); predict("k", 1)'),
+                   code("interact(f, n=(1, 8))"), code("w = widgets.IntSlider()"),
+                   code("collective_explorer()"), code("def my_widget(x):\n    pass")])
+    assert predict_problems(nb) == [
+        "cell cell-001: cost_widget(...) with no predict(...) before it in its section",
+        "cell cell-008: x_widget(...) with no predict(...) before it in its section"]
+    assert [p.split(":")[0] for p in builder_problems(nb)] == ["cell cell-009", "cell cell-010",
+                                                               "cell cell-011"]
+
+
+# ---- README's chapter table ----------------------------------------------------------------
+
+def test_readme_chapter_table_is_generated_from_course_py():
+    from labkit.grade.generate import README, update_readme
+
+    assert update_readme(README, SOLUTIONS, check_only=True) == []
+
+
+def test_readme_table_lists_only_chapters_with_a_solution(tmp_path):
+    from labkit.grade.generate import (TABLE_BEGIN, TABLE_END, readme_table,
+                                       readme_with_table, update_readme)
+
+    (tmp_path / "02_autodiff.ipynb").write_text("{}")
+    (tmp_path / "10_model_parallel.ipynb").write_text("{}")
+    table = readme_table(tmp_path).splitlines()
+    assert [row[:4] for row in table[2:]] == ["| 02", "| 10"]
+    assert "[Model parallelism](notebooks/10_model_parallel.ipynb)" in table[3]
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{TABLE_BEGIN}\nold\n{TABLE_END}\nrest\n")
+    assert update_readme(readme, tmp_path, check_only=True)
+    update_readme(readme, tmp_path)
+    assert readme.read_text() == f"intro\n{TABLE_BEGIN}\n{chr(10).join(table)}\n{TABLE_END}\nrest\n"
+    with pytest.raises(NotebookFormatError, match="lacks the markers"):
+        readme_with_table("no markers", "t")
+
+
+def test_contributing_maps_every_chapter_and_package():
+    from pathlib import Path
+
+    from labkit.grade.generate import REPO
+
+    guide = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    for ch in CHAPTERS:
+        assert f"`{ch.filename[:-6]}`" in guide, ch.filename
+    packages = sorted(p.name for p in Path(REPO / "labkit").iterdir()
+                      if (p / "__init__.py").exists())
+    assert [p for p in packages if f"labkit.{p}" not in guide] == []

@@ -55,3 +55,30 @@ def test_extra_check_calls_are_emptied():
     assert "check(" not in restored.notebook.cells[1].source
     assert restored.notebook.cells[3].source == 'check("0.1", f)'
     assert restored.notes == ["an extra cell calling check(0.1) was emptied"]
+
+
+def test_notebook_saved_as_nbformat_3_is_not_flagged():
+    """Converting 4 -> 3 -> 4 drops cell ids and adds metadata; the checks are unchanged."""
+    import nbformat
+
+    sol = solution()
+    back = nbformat.reads(nbformat.writes(nbformat.convert(copy.deepcopy(sol), 3)), as_version=4)
+    assert [c.get("id") for c in back.cells] != [c.get("id") for c in sol.cells]
+    restored = restore_checks(back, sol)
+    assert restored.notes == []
+    assert [c.id for c in restored.notebook.cells if c.id.startswith("check-")] == \
+        ["check-0-1", "check-0-2"]
+    back.cells[2].source = 'check("0.1", lambda n: 1)'          # a real edit still is one
+    assert restore_checks(back, sol).notes == ["check 0.1 was edited; restored"]
+
+
+def test_verdict_log_skips_predictions_and_junk(tmp_path):
+    from labkit.grade.runner import _read_log
+
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"prediction": "0.amdahl", "guess": 20.0}\n'
+                   '{"exercise": "0.1", "status": "fail", "message": "off"}\n'
+                   'not json\n[1]\n{"exercise": "0.2"}\n'
+                   '{"exercise": "0.1", "status": "pass", "message": "correct"}\n')
+    assert _read_log(log) == {"0.1": {"exercise": "0.1", "status": "pass",
+                                      "message": "correct"}}

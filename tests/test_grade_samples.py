@@ -1,5 +1,6 @@
 """The grading command end to end on chapter 00: right, wrong, tampered, blank, missing,
-broken, looping and crashing submissions each give the expected line in the table."""
+misnamed, broken, looping, crashing and nbformat-3 submissions each give the expected line
+in the table; a dead kernel is reported in seconds."""
 import copy
 import csv
 import shutil
@@ -10,7 +11,7 @@ import nbformat
 import pytest
 
 from labkit.grade.generate import NOTEBOOKS, SOLUTIONS
-from labkit.grade.runner import Assignment, grade_all
+from labkit.grade.runner import Assignment, grade_all, grade_notebook
 
 NAME = "00_start_here.ipynb"
 
@@ -44,8 +45,9 @@ def graded(tmp_path_factory):
         "wrong": with_answer(learner, "return n // threads_per_block"),
         "tampered": tampered,
         "blank": learner,
-        "looping": insert_before_check(solution, "while True:\n    pass"),
-        "crashing": insert_before_check(solution, "import os\nos._exit(1)"),
+        # an endless loop that sleeps: the same cell limit, without burning a shared core
+        "looping": insert_before_check(solution, "import time\nwhile True:\n    time.sleep(0.05)"),
+        "crashing": insert_before_check(solution, "import os\nos._exit(0)"),
     }
     folder = root / "submissions"
     for who, nb in subs.items():
@@ -53,6 +55,12 @@ def graded(tmp_path_factory):
         nbformat.write(nb, folder / who / NAME)
     (folder / "broken").mkdir()
     (folder / "broken" / NAME).write_text("{this is not json")
+    (folder / "emptylist").mkdir()
+    (folder / "emptylist" / NAME).write_text("[]")
+    (folder / "misnamed").mkdir()
+    nbformat.write(solution, folder / "misnamed" / "00_Start_Here.ipynb")
+    (folder / "v3").mkdir()                       # saved by an old Jupyter: nbformat 3
+    (folder / "v3" / NAME).write_text(nbformat.writes(nbformat.convert(copy.deepcopy(solution), 3)))
     (folder / "absent").mkdir()
     (folder / "stray.ipynb").write_text("{}")
     out = root / "grades"
@@ -62,6 +70,7 @@ def graded(tmp_path_factory):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     rows = {r["learner"]: r for r in csv.DictReader((out / "grades.csv").open())}
+    assert (out / "grades.html").read_text().count("data:image/png;base64,") == 2
     return rows, (out / "grades.md").read_text(), proc.stdout
 
 
@@ -71,7 +80,10 @@ def graded(tmp_path_factory):
     ("tampered", "fail", "check 0.1 was edited; restored"),
     ("blank", "missing", ""),
     ("absent", "missing", "notebook not submitted"),
+    ("misnamed", "missing", "found 00_Start_Here.ipynb: rename it to 00_start_here.ipynb"),
     ("broken", "error", "not a valid notebook"),
+    ("emptylist", "error", "not a notebook (a JSON list"),
+    ("v3", "pass", ""),
     ("looping", "pass", "ran past the cell time limit of 10 s"),
     ("crashing", "error", "the kernel crashed or stopped responding"),
 ])
@@ -81,17 +93,24 @@ def test_each_submission_gets_its_line(graded, learner, status, note):
     assert rows[learner]["score"] == str(int(status == "pass"))
     assert rows[learner]["total"] == "1"
     assert note in rows[learner]["notes"]
-    if learner in ("right", "wrong", "blank", "tampered"):
+    if learner in ("right", "wrong", "blank", "tampered", "v3"):
         assert "cells other than checks failed" not in rows[learner]["notes"]
+    if learner in ("right", "v3"):                # an old format is not an edit
+        assert rows[learner]["notes"] == ""
 
 
 def test_reports_and_summary(graded):
     rows, markdown, stdout = graded
     assert set(rows) == {"right", "wrong", "tampered", "blank", "absent", "broken", "looping",
-                         "crashing"}
+                         "crashing", "emptylist", "misnamed", "v3"}
     assert "| learner | 0.1 | score | total |" in markdown
     assert "| right | pass | 1 | 1 |" in markdown
-    assert "you rounded down" in markdown           # the wrong answer's hint is fed back
+    feedback = markdown.split("## Feedback")[1].strip().splitlines()
+    assert "- wrong · 0.1: " in "\n".join(feedback) and "you rounded down" in markdown
+    assert "- absent · 00_start_here.ipynb: not submitted" in feedback
+    assert "- blank · 00_start_here.ipynb: not answered yet: 0.1" in feedback
+    assert not any(line.startswith(("- right ", "- v3 ")) for line in feedback)
+    assert all(line.split(": ", 1)[1].strip() for line in feedback)   # no empty lines
     assert "ignored stray.ipynb" in stdout and "right" in stdout and "1/1" in stdout
 
 
@@ -103,3 +122,17 @@ def test_bad_arguments_are_one_clear_line(tmp_path):
     assert "Traceback" not in proc.stderr
     with pytest.raises(ValueError, match="jobs must be at least 1"):
         grade_all(tmp_path, Assignment.load(SOLUTIONS), jobs=0)
+
+
+def test_a_dead_kernel_is_reported_in_seconds(tmp_path):
+    """``os._exit(0)`` in a learner cell: reported as a crash long before the cell limit."""
+    solution = nbformat.read(SOLUTIONS / NAME, as_version=4)
+    nb = copy.deepcopy(solution)
+    first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    nb.cells.insert(first_code, nbformat.v4.new_code_cell("import os\nos._exit(0)"))
+    nbformat.write(nb, tmp_path / NAME)
+    grade = grade_notebook("dies", tmp_path / NAME, NAME, Assignment.load(SOLUTIONS)
+                           .select([NAME]), timeout=600, cell_timeout=300)
+    assert "00_start_here.ipynb: the kernel crashed or stopped responding" in grade.notes
+    assert grade.statuses == {"0.1": "error"}
+    assert grade.seconds < 60, f"took {grade.seconds:.0f} s (the cell limit was 300 s)"

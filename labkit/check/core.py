@@ -74,6 +74,8 @@ def exercise(id: str, title: str, *, reference: Any = None, binds: str | None = 
     The checker takes the learner's answer and returns nothing when it is right; it raises
     :class:`Wrong` with a specific hint when it is not.
     """
+    chapter_of(id)                      # a string 'N.k' (TypeError / ValueError otherwise)
+
     def register(checker: Callable[[Any], None]) -> Callable[[Any], None]:
         if id in REGISTRY and REGISTRY[id].checker.__module__ != checker.__module__:
             raise ValueError(f"exercise {id!r} is registered twice")
@@ -83,25 +85,44 @@ def exercise(id: str, title: str, *, reference: Any = None, binds: str | None = 
 
 
 def chapter_of(exercise_id: str) -> int:
-    head = str(exercise_id).split(".")[0]
+    _require_str(exercise_id)
+    head = exercise_id.split(".")[0]
     if not head.isdigit():
         raise ValueError(f"exercise id {exercise_id!r} must look like '2.3' (chapter.number)")
     return int(head)
 
 
+def _require_str(exercise_id: Any) -> None:
+    if not isinstance(exercise_id, str):
+        raise TypeError(f"exercise ids are strings such as '2.10' (a float 2.10 would be "
+                        f"2.1), got {exercise_id!r} of type {type(exercise_id).__name__}")
+
+
+def load_all() -> dict[str, Exercise]:
+    """Import every chapter's checks (``labkit/check/chNN.py``) and return the registry."""
+    import pkgutil
+
+    import labkit.check as package
+
+    for info in pkgutil.iter_modules(package.__path__):
+        if len(info.name) == 4 and info.name.startswith("ch") and info.name[2:].isdigit():
+            importlib.import_module(f"labkit.check.{info.name}")
+    return REGISTRY
+
+
 def get(exercise_id: str) -> Exercise:
     """The registered exercise, importing its chapter module ``labkit.check.chNN`` first."""
-    exercise_id = str(exercise_id)
+    chapter = chapter_of(exercise_id)
     if exercise_id not in REGISTRY:
-        module = f"labkit.check.ch{chapter_of(exercise_id):02d}"
+        module = f"labkit.check.ch{chapter:02d}"
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:
             if exc.name != module:
                 raise
     if exercise_id not in REGISTRY:
-        known = ", ".join(sorted(REGISTRY, key=_sort_key)) or "none"
-        raise ValueError(f"unknown exercise {exercise_id!r}; registered: {known}")
+        known = ", ".join(sorted(load_all(), key=_sort_key)) or "none"
+        raise ValueError(f"unknown exercise {exercise_id!r}; the course's exercises: {known}")
     return REGISTRY[exercise_id]
 
 
@@ -156,6 +177,10 @@ def check(exercise_id: str, answer: Any = None) -> None:
         line += f"\n   Later cells use labkit's reference `{ex.binds}` until yours passes."
     print(line)
     _log(verdict)
+    if not grading_mode():
+        from labkit.check.progress import record
+
+        record(verdict, ex.title)
     if grading_mode() and not verdict.passed:
         raise ExerciseFailed(f"Exercise {ex.id} {verdict.status}: {verdict.message}")
 

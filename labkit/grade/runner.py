@@ -7,7 +7,9 @@ kernel crash, checks that never ran) becomes a note and an ``error`` status, not
 """
 from __future__ import annotations
 
+import difflib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -17,11 +19,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import nbformat
 
 from labkit.check.core import ERROR, GRADE_ENV, LOG_ENV, MISSING
-from labkit.grade.generate import SOLUTIONS, check_cells
+from labkit.grade.generate import SOLUTIONS, NotebookFormatError, check_cells
 from labkit.grade.restore import restore_checks
 
 
@@ -34,6 +37,7 @@ class NotebookGrade:
     notes: list[str] = field(default_factory=list)
     failed_cells: list[str] = field(default_factory=list)  # ids of non-check cells that failed
     seconds: float = 0.0
+    submitted: bool = True
 
 
 @dataclass(frozen=True)
@@ -44,17 +48,59 @@ class Assignment:
 
     @classmethod
     def load(cls, folder: Path = SOLUTIONS) -> "Assignment":
+        folder = Path(folder)
         if not folder.is_dir():
             raise ValueError(f"solutions folder {folder} does not exist")
         sols, exs = {}, {}
         for path in sorted(folder.glob("*.ipynb")):
-            nb = nbformat.read(path, as_version=4)
-            ids = list(check_cells(nb))
+            try:
+                nb = nbformat.read(path, as_version=4)
+                ids = list(check_cells(nb))
+            except NotebookFormatError as exc:
+                raise NotebookFormatError(f"solution notebook {path}: {exc}") from None
+            except Exception as exc:  # not JSON, not a notebook
+                raise ValueError(f"solution notebook {path} cannot be read: "
+                                 f"{_first_line(exc)}") from None
             if ids:
                 sols[path.name], exs[path.name] = nb, ids
         if not sols:
             raise ValueError(f"no solution notebook with checks in {folder}")
         return cls(sols, exs)
+
+    def select(self, notebooks: Sequence[str] = (), chapters: Sequence[int] = ()) -> "Assignment":
+        """Only the named notebooks (``02_autodiff`` or ``02_autodiff.ipynb``) and the
+        notebooks of the given chapter numbers; everything when both are empty."""
+        if not notebooks and not chapters:
+            return self
+        chosen: list[str] = []
+        for name in notebooks:
+            if not isinstance(name, str) or not name.strip():
+                raise ValueError(f"--notebooks takes notebook names, got {name!r}")
+            base = Path(name.strip()).name          # "notebooks/02_autodiff.ipynb" works too
+            file = base if base.endswith(".ipynb") else f"{base}.ipynb"
+            if file not in self.exercises:
+                near = difflib.get_close_matches(file, list(self.exercises), n=2, cutoff=0.5)
+                hint = f"; did you mean {' or '.join(n[:-6] for n in near)}?" if near else ""
+                raise ValueError(f"--notebooks: no graded notebook {name!r}{hint} "
+                                 f"(graded: {', '.join(n[:-6] for n in self.exercises)})")
+            chosen.append(file)
+        for number in chapters:
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+                raise ValueError(f"--chapters takes chapter numbers such as 2, got {number!r}")
+            files = [n for n in self.exercises if n[:2].isdigit() and int(n[:2]) == number]
+            if not files:
+                have = sorted({int(n[:2]) for n in self.exercises if n[:2].isdigit()})
+                raise ValueError(f"--chapters: chapter {number} has no graded notebook "
+                                 f"(chapters with checks: {', '.join(map(str, have))})")
+            chosen += files
+        keep = [n for n in self.exercises if n in chosen]   # solutions' order, no repeats
+        return Assignment({n: self.solutions[n] for n in keep},
+                          {n: self.exercises[n] for n in keep})
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0][:160] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def find_learners(submissions: Path) -> tuple[dict[str, Path], list[str]]:
@@ -69,6 +115,10 @@ def find_learners(submissions: Path) -> tuple[dict[str, Path], list[str]]:
         elif entry.is_file():
             notes.append(f"ignored {entry.name}: put each learner's notebooks in a folder "
                          f"named after the learner")
+    if not learners:
+        raise ValueError(f"no learner folders found in {submissions}: put each learner's "
+                         f"notebooks in a folder named after the learner "
+                         f"({submissions}/ada/02_autodiff.ipynb, ...)")
     return learners, notes
 
 
@@ -78,13 +128,13 @@ def grade_notebook(learner: str, path: Path, name: str, assignment: Assignment, 
     grade = NotebookGrade(learner, name, {i: ERROR for i in ids})
     if not path.exists():
         grade.statuses = {i: MISSING for i in ids}
-        grade.notes.append(f"{name}: notebook not submitted")
+        grade.submitted = False
+        grade.notes.append(f"{name}: notebook not submitted{_near_match(path.parent, name)}")
         return grade
     try:
-        submission = nbformat.read(path, as_version=4)
-    except Exception as exc:  # not JSON, not a notebook: one clear line
-        grade.notes.append(f"{name}: not a valid notebook ({type(exc).__name__}: "
-                           f"{str(exc).splitlines()[0][:120] if str(exc) else ''})")
+        submission = read_submission(path)
+    except ValueError as exc:  # not JSON, not a notebook: one clear line
+        grade.notes.append(f"{name}: {exc}")
         return grade
     restored = restore_checks(submission, assignment.solutions[name])
     grade.notes += [f"{name}: {n}" for n in restored.notes]
@@ -98,6 +148,7 @@ def grade_notebook(learner: str, path: Path, name: str, assignment: Assignment, 
         env = dict(os.environ, **{GRADE_ENV: "1", LOG_ENV: str(log)})
         env.pop("PYTEST_ADDOPTS", None)
         cmd = [sys.executable, "-m", "pytest", "-q", "--nbval-lax", "--nbval-current-env",
+               "-p", "labkit.grade.watchdog",
                f"--nbval-cell-timeout={cell_timeout:g}", "-p", "no:xdist", "-p", "no:timeout",
                "-W", "ignore", "--junitxml=results.xml", nb_path.name]
         start = time.perf_counter()
@@ -123,7 +174,8 @@ def grade_notebook(learner: str, path: Path, name: str, assignment: Assignment, 
             grade.messages[ex_id] = verdicts[ex_id]["message"]
         else:
             grade.messages[ex_id] = "the check never ran"
-    crashed = any(s in output for s in ("DeadKernelError", "Kernel died", "kernel died",
+    crashed = any(s in output for s in ("DeadKernelError", "Kernel died", "Kernel dead",
+                                         "kernel died",
                                          "Failed to interrupt kernel"))
     if crashed:
         grade.notes.append(f"{name}: the kernel crashed or stopped responding")
@@ -133,6 +185,36 @@ def grade_notebook(learner: str, path: Path, name: str, assignment: Assignment, 
     if never and not any("time limit" in n or "crash" in n for n in grade.notes):
         grade.notes.append(f"{name}: checks {', '.join(never)} never ran")
     return grade
+
+
+def read_submission(path: Path) -> nbformat.NotebookNode:
+    """A learner's notebook as nbformat 4, or ValueError with one plain line."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError("not a notebook (not a text file)") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not a valid notebook (not JSON: {exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict) or "nbformat" not in data or not (
+            "cells" in data or "worksheets" in data):
+        kind = type(data).__name__ if not isinstance(data, dict) else "object without cells"
+        raise ValueError(f"not a notebook (a JSON {kind}, not a Jupyter notebook)")
+    try:
+        return nbformat.reads(json.dumps(data), as_version=4)
+    except Exception as exc:
+        raise ValueError(f"not a valid notebook ({_first_line(exc)})") from None
+
+
+def _near_match(folder: Path, name: str) -> str:
+    """' (found 00_Start_Here.ipynb: rename it to 00_start_here.ipynb)' or ''."""
+    if not folder.is_dir():
+        return ""
+    files = [p.name for p in folder.iterdir() if p.suffix.lower() == ".ipynb"]
+    same = [f for f in files if f.lower() == name.lower()]
+    near = same or difflib.get_close_matches(name, files, n=1, cutoff=0.75)
+    if not near:
+        near = [f for f in files if f[:3] == name[:3] and f[:2].isdigit()][:1]
+    return f" (found {near[0]}: rename it to {name})" if near else ""
 
 
 def _failed_code_cells(junit: Path, nb: nbformat.NotebookNode) -> list[str]:
@@ -161,7 +243,8 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def _read_log(log: Path) -> dict[str, dict]:
-    """The last verdict per exercise (a check cell runs once; a re-run counts once)."""
+    """The last verdict per exercise (a check cell runs once; a re-run counts once);
+    predictions and anything malformed in the log are skipped."""
     verdicts: dict[str, dict] = {}
     if log.exists():
         for line in log.read_text(encoding="utf-8").splitlines():
@@ -169,7 +252,9 @@ def _read_log(log: Path) -> dict[str, dict]:
                 entry = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            verdicts[entry["exercise"]] = entry
+            # the log also holds predictions ({"prediction": ..., "guess": ...}): not graded
+            if isinstance(entry, dict) and {"exercise", "status", "message"} <= entry.keys():
+                verdicts[entry["exercise"]] = entry
     return verdicts
 
 
@@ -177,9 +262,11 @@ def grade_all(submissions: Path, assignment: Assignment, *, timeout: float = 300
               cell_timeout: float = 120, jobs: int = 1,
               progress: bool = True) -> tuple[list[NotebookGrade], list[str]]:
     """Grade every learner folder against every solution notebook with checks."""
-    if timeout <= 0 or cell_timeout <= 0:
-        raise ValueError("timeout and cell_timeout must be positive numbers of seconds")
-    if jobs < 1:
+    for what, value in (("timeout", timeout), ("cell_timeout", cell_timeout)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{what} must be a positive, finite number of seconds, got {value!r}")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     learners, notes = find_learners(submissions)
     work = [(learner, folder / name, name) for learner, folder in learners.items()
