@@ -86,3 +86,25 @@ def test_importing_labkit_perf_stays_cheap():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "False"
+
+
+def test_gustafson_scaled_speedup_and_amdahl_widget(capsys):
+    import matplotlib
+    matplotlib.use("Agg")
+    from labkit.perf import gustafson_speedup
+    from labkit.perf.widgets import amdahl_widget
+    assert gustafson_speedup(0.05, 1024) == pytest.approx(0.05 + 0.95 * 1024)
+    assert gustafson_speedup(0.0, 8) == 8 and gustafson_speedup(1.0, 8) == 1
+    with pytest.raises(ValueError, match="serial_fraction"):
+        gustafson_speedup(1.5, 4)
+    with pytest.raises(ValueError, match="workers"):
+        gustafson_speedup(0.1, 0)
+    with pytest.raises(ValueError, match="parallel_fraction"):
+        amdahl_widget(parallel_fraction=2)
+    with pytest.raises(ValueError, match="max_workers"):
+        amdahl_widget(max_workers=1000)
+    w = amdahl_widget()
+    assert "p = 0.95: S(1024) = 19.6, ceiling 1/(1-p) = 20" in capsys.readouterr().out
+    w.children[0].value = 0.5
+    assert "p = 0.50: S(1024) = 2, ceiling 1/(1-p) = 2" in capsys.readouterr().out
+    matplotlib.pyplot.close("all")

@@ -166,7 +166,7 @@ def builder_problems(nb) -> list[str]:
 # Chapters still being converted when these lints were added (2026-11-30): remove a name
 # when its chapter passes (xfail is not strict, so a fixed chapter does not fail CI).
 PREDICT_XFAIL: set[str] = set()
-BUILDER_XFAIL = {"00_start_here.ipynb"}      # its Amdahl cell still calls interact(...)
+BUILDER_XFAIL: set[str] = set()      # chapters whose widgets are not labkit builders yet
 
 
 def lint_params(xfail):

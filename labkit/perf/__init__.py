@@ -2,7 +2,9 @@
 
 ``benchmark`` is the project's one timing helper (``time_call`` is its old name)."""
 from labkit.perf.timing import Timing, benchmark, interleaved, threads, time_call  # noqa: F401
-from labkit.perf.laws import AmdahlCurve, amdahl_curve, amdahl_speedup, plot_amdahl  # noqa: F401
+from labkit.perf.laws import (  # noqa: F401
+    AmdahlCurve, amdahl_curve, amdahl_speedup, gustafson_speedup, plot_amdahl,
+)
 from labkit.perf.bench import Row, format_table  # noqa: F401
 from labkit.perf.machine import Roofline, datasheet, measure_machine  # noqa: F401
 from labkit.perf.stats import Interval, bootstrap_ci, percentile, speedup_ci, t_ci  # noqa: F401

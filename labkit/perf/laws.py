@@ -22,6 +22,23 @@ def amdahl_speedup(parallel_fraction: float | np.ndarray, workers: int | np.ndar
     return float(s) if s.ndim == 0 else s
 
 
+def gustafson_speedup(serial_fraction: float | np.ndarray, workers: int | np.ndarray):
+    """Gustafson's law, the scaled speedup of weak scaling: S(n) = s + (1 - s) n
+    (J. L. Gustafson, "Reevaluating Amdahl's law", CACM 31(5), 1988).
+
+    ``serial_fraction`` s in [0, 1] is the serial share of the run time measured on the
+    n-worker machine, whose job grew with it; ``workers`` n >= 1.
+    """
+    s = np.asarray(serial_fraction, dtype=float)
+    n = np.asarray(workers, dtype=float)
+    if np.any(np.isnan(s)) or np.any((s < 0) | (s > 1)):
+        raise ValueError(f"serial_fraction must be in [0, 1], got {serial_fraction}")
+    if np.any(np.isnan(n)) or np.any(n < 1):
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    out = s + (1.0 - s) * n
+    return float(out) if out.ndim == 0 else out
+
+
 @dataclass(frozen=True)
 class AmdahlCurve:
     parallel_fraction: float

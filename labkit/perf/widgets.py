@@ -7,6 +7,33 @@ from labkit.perf.machine import Roofline
 GPU_KEYS = ("A100", "H100", "H200")
 
 
+# ------------------------------------------------------------------ chapter 00
+def show_amdahl(parallel_fraction: float, max_workers: int) -> None:
+    """Amdahl's curve for parallel share ``parallel_fraction`` up to ``max_workers``."""
+    from labkit.perf.laws import amdahl_curve, plot_amdahl
+    from labkit.show import show
+
+    curve = amdahl_curve(parallel_fraction, max_workers)
+    print(f"p = {parallel_fraction:.2f}: S({curve.workers[-1]}) = {curve.speedup[-1]:.3g}, "
+          f"ceiling 1/(1-p) = {curve.ceiling:.3g}")
+    show(plot_amdahl(curve))
+
+
+def amdahl_widget(parallel_fraction: float = 0.95, max_workers: int = 1024):
+    """Parallel-share slider and a max-workers slider → Amdahl's speedup curve."""
+    import ipywidgets as w
+
+    parallel_fraction = v.fraction("parallel_fraction", parallel_fraction)
+    options = [2 ** k for k in range(1, 17)]
+    max_workers = v.one_of("max_workers", max_workers, options)
+    return w.interactive(
+        show_amdahl,
+        parallel_fraction=w.FloatSlider(value=parallel_fraction, min=0.0, max=1.0, step=0.01,
+                                        description="p (parallel)"),
+        max_workers=w.SelectionSlider(options=options, value=max_workers,
+                                      description="max workers"))
+
+
 # ------------------------------------------------------------------ chapter 01
 def show_roofline(batch: int, gpu: str, precision: str, machine: Roofline):
     """Where one SimpleNet training step (batch ``batch``) lands on this machine's roofline
