@@ -78,11 +78,11 @@ GPUS: dict[str, GPU] = {
 }
 
 
-def gpu(key: str) -> GPU:
-    """The data sheet of ``key`` (V100, A100, H100, H200)."""
+def gpu(gpu: str) -> GPU:
+    """The data sheet of ``gpu`` (V100, A100, H100, H200)."""
     from labkit.validate import one_of
 
-    return GPUS[one_of("key", key, tuple(GPUS))]
+    return GPUS[one_of("gpu", gpu, tuple(GPUS))]
 
 
 # ---- per-SM limits (chapter 04's occupancy, chapter 05's ladder model) ---------------------

@@ -29,6 +29,7 @@ class Row:
     sweep: tuple[str, ...]               # parameters to feed bad values
     accepted: dict = field(default_factory=dict)   # param -> bad values that are valid
     arrays: tuple[str, ...] = ()         # parameters swept with BAD_ARRAYS instead
+    reals: tuple[str, ...] = ()          # real-valued parameters: 2.5 is a good value there
 
     def fn(self) -> Callable[..., Any]:
         module, name = self.target.split(":")
@@ -52,16 +53,98 @@ ROWS: list[Row] = [
         ("capacity", "max_split_size_mb", "max_non_split_rounding_mb",
          "garbage_collection_threshold"),
         accepted={"capacity": (None,), "max_split_size_mb": (None,),
-                  "max_non_split_rounding_mb": (None,), "garbage_collection_threshold": (None,)}),
+                  "max_non_split_rounding_mb": (None,), "garbage_collection_threshold": (None,)},
+        reals=('garbage_collection_threshold',)),
     Row("labkit.memory.allocator:round_size", {"size": 1000}, ("size",)),
     Row("labkit.memory.allocator:allocation_size", {"rounded_size": 4 * MiB}, ("rounded_size",)),
     Row("labkit.memory.allocator:pool_of", {"rounded_size": 4 * MiB}, ("rounded_size",)),
     Row("labkit.memory.allocator:roundup_power2_next_division", {"size": 1200, "divisions": 4},
         ("size", "divisions")),
     # labkit.hardware
-    Row("labkit.hardware:gpu", {"key": "H100"}, ("key",)),
-    # labkit.validate's own helpers
-    Row("labkit.validate:ceil_div", {"a": 10, "b": 3}, ()),
+    Row("labkit.hardware:gpu", {"gpu": "H100"}, ("gpu",)),
+    Row("labkit.memory.estimator:model_state_bytes", {"num_params": 10**9},
+        ("num_params", "zero_stage", "dp", "precision", "optimizer"),
+        accepted={"zero_stage": (0,), "num_params": (0,)}),
+    Row("labkit.memory.estimator:activation_bytes_per_layer",
+        {"seq": 2048, "batch": 1, "hidden": 4096, "heads": 32},
+        ("seq", "batch", "hidden", "heads", "tp", "recompute")),
+    # labkit.grid, labkit.kernels
+    Row("labkit.grid:blocks_needed", {"n": 1000, "threads_per_block": 256},
+        ("n", "threads_per_block")),
+    Row("labkit.kernels.occupancy:occupancy", {"gpu": "A100", "threads_per_block": 256},
+        ("gpu", "threads_per_block", "registers_per_thread", "shared_per_block"),
+        accepted={"shared_per_block": (0,)}),
+    # labkit.parallel
+    Row("labkit.parallel.cost:collective_time",
+        {"op": "all_reduce", "algorithm": "ring", "nbytes": 1e6, "world": 8, "alpha": 1e-6,
+         "beta": 1e-9}, ("op", "algorithm", "nbytes", "world", "alpha", "beta", "gamma"),
+        accepted={"nbytes": (0,), "alpha": (0,), "beta": (0,), "gamma": (0,)},
+        reals=('nbytes', 'alpha', 'beta', 'gamma')),
+    Row("labkit.parallel.pipeline:pipeline_schedule", {"kind": "1f1b", "stages": 4,
+                                                       "microbatches": 8},
+        ("kind", "stages", "microbatches", "chunks", "t_forward", "t_backward"),
+        reals=('t_forward', 't_backward')),
+    Row("labkit.parallel.pipeline:bubble_formula", {"kind": "gpipe", "stages": 4,
+                                                    "microbatches": 8},
+        ("kind", "stages", "microbatches", "chunks")),
+    Row("labkit.parallel.zero:zero_table", {"num_params": 10**9, "dp": 8},
+        ("num_params", "dp", "precision", "optimizer")),
+    Row("labkit.parallel.planner:cluster", {"gpus": 8},
+        ("gpu", "gpus", "gpus_per_node", "inter_bw", "precision"),
+        reals=('inter_bw',)),
+    # labkit.cluster
+    Row("labkit.cluster.faults:young_interval", {"checkpoint_s": 60.0, "mtbf_s": 3600.0},
+        ("checkpoint_s", "mtbf_s"),
+        reals=('checkpoint_s', 'mtbf_s')),
+    Row("labkit.cluster.faults:daly_interval", {"checkpoint_s": 60.0, "mtbf_s": 3600.0},
+        ("checkpoint_s", "mtbf_s"),
+        reals=('checkpoint_s', 'mtbf_s')),
+    Row("labkit.cluster.faults:expected_lost_work", {"segment_s": 600.0, "mtbf_s": 3600.0},
+        ("segment_s", "mtbf_s"),
+        reals=('segment_s', 'mtbf_s')),
+    Row("labkit.cluster.stragglers:expected_step_exponential",
+        {"workers": 8, "base": 1.0, "delay": 0.1},
+        ("workers", "base", "delay", "backups"), accepted={"backups": (0,), "delay": (0,), "base": (0,)},
+        reals=('base', 'delay')),
+    Row("labkit.cluster.jobs:generate_jobs", {"n": 10},
+        ("n", "total_gpus", "load", "seed", "median_duration"), accepted={"seed": (0,)},
+        reals=('load', 'median_duration')),
+    # labkit.dataload, labkit.compress
+    Row("labkit.dataload.model:steady_throughput",
+        {"load_s": 0.01, "compute_s": 0.02, "workers": 2, "cores": 2},
+        ("load_s", "compute_s", "workers", "cores"), accepted={"workers": (0,)},
+        reals=('load_s', 'compute_s')),
+    Row("labkit.dataload.model:workers_needed", {"load_s": 0.01, "compute_s": 0.02},
+        ("load_s", "compute_s"),
+        reals=('load_s', 'compute_s')),
+    Row("labkit.compress.model:fake_quant", {"x": np.linspace(-1, 1, 12).reshape(3, 4)},
+        ("x", "bits", "axis"), arrays=("x",), accepted={"axis": (None, 0, -1)}),
+    Row("labkit.compress.model:magnitude_mask", {"w": np.arange(1.0, 13.0).reshape(3, 4),
+                                                 "sparsity": 0.5},
+        ("w", "sparsity"), arrays=("w",), accepted={"sparsity": (0,)}),
+    Row("labkit.compress.model:conv_cost", {"kernel": 3, "in_ch": 8, "out_ch": 16,
+                                            "feature": 32},
+        ("kernel", "in_ch", "out_ch", "feature")),
+    Row("labkit.compress.model:update_loss_scale", {"scale": 1024.0, "found_inf": False,
+                                                    "good_steps": 0},
+        ("scale", "found_inf", "good_steps"), accepted={"good_steps": (0,), "found_inf": (True,)},
+        reals=('scale',)),
+    # labkit.perf
+    Row("labkit.perf.stats:percentile", {"samples": [3.0, 1.0, 2.0, 5.0], "q": 50},
+        ("samples", "q"), arrays=("samples",), accepted={"q": (0,)},
+        reals=('q',)),
+    Row("labkit.perf.stats:t_ci", {"samples": [3.0, 1.0, 2.0, 5.0]}, ("samples", "level"),
+        arrays=("samples",)),
+    Row("labkit.perf.metrics:mfu", {"forward_flops_per_sample": 1e6, "samples_per_s": 100.0,
+                                    "peak": 1e12},
+        ("forward_flops_per_sample", "samples_per_s", "peak"),
+        reals=('forward_flops_per_sample', 'samples_per_s', 'peak')),
+    Row("labkit.perf:amdahl_speedup", {"parallel_fraction": 0.9, "workers": 8},
+        ("parallel_fraction", "workers"), reals=("workers",),
+        accepted={"parallel_fraction": (0,), "workers": (math.inf,)}),   # the limit
+    Row("labkit.perf:gustafson_speedup", {"serial_fraction": 0.1, "workers": 8},
+        ("serial_fraction", "workers"), reals=("workers",),
+        accepted={"serial_fraction": (0,), "workers": (math.inf,)}),
 ]
 
 
@@ -71,6 +154,8 @@ def _cases():
             values = BAD_ARRAYS if param in row.arrays else BAD_NUMBERS
             for bad in values:
                 if any(_same(bad, ok) for ok in row.accepted.get(param, ())):
+                    continue
+                if param in row.reals and _same(bad, 2.5):
                     continue
                 yield pytest.param(row, param, bad, id=f"{row.target}-{param}-{bad!r:.12}")
 

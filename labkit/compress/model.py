@@ -222,6 +222,9 @@ def update_loss_scale(scale: float, found_inf: bool, good_steps: int, *,
     (defaults: init_scale 2^16, growth_factor 2, backoff_factor 0.5, growth_interval 2000).
     Returns (new scale, new count of consecutive good steps, whether the step is skipped)."""
     scale = V.positive("scale", scale)
+    found_inf = V.boolean("found_inf", found_inf)
+    growth_factor = V.number("growth_factor", growth_factor, low=1)
+    backoff_factor = V.number("backoff_factor", backoff_factor, low=0, high=1, low_open=True)
     good_steps = V.integer("good_steps", good_steps, low=0)
     growth_interval = V.integer("growth_interval", growth_interval, low=1)
     if found_inf:

@@ -97,7 +97,8 @@ def bubble_formula(kind: str, stages: int, microbatches: int, chunks: int = 1) -
     kind = V.one_of("kind", kind, KINDS)
     p = V.integer("stages", stages, low=1)
     m = V.integer("microbatches", microbatches, low=1)
-    v = V.integer("chunks", chunks, low=1) if kind == "interleaved" else 1
+    v = V.integer("chunks", chunks, low=1)
+    v = v if kind == "interleaved" else 1
     return (p - 1) / (v * m)
 
 

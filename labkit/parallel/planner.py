@@ -127,6 +127,7 @@ def cluster(gpu: str = "A100", gpus: int = 8, gpus_per_node: int = 8,
     """A cluster of ``gpus`` data-sheet GPUs (labkit.hardware) in nodes of ``gpus_per_node``,
     NVLink inside a node, ``inter_bw`` per GPU between nodes (default HDR InfiniBand)."""
     g = _gpu(gpu)
+    precision = V.one_of("precision", precision, tuple(g.flops))
     n = V.integer("gpus", gpus, low=1)
     k = V.integer("gpus_per_node", gpus_per_node, low=1)
     if n > k:

@@ -6,17 +6,26 @@ from dataclasses import dataclass
 import numpy as np
 
 
+def _numbers(name: str, value) -> np.ndarray:
+    """A number or a numeric array, as floats (a clear error for anything else)."""
+    from labkit import validate
+
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return validate.array(name, value)
+    return np.asarray(validate.number(name, value, finite=False))
+
+
 def amdahl_speedup(parallel_fraction: float | np.ndarray, workers: int | np.ndarray):
     """Amdahl's law: S(n) = 1 / ((1 - p) + p / n)  (Amdahl, AFIPS 1967).
 
     ``parallel_fraction`` p in [0, 1] is the share of the run time that parallelizes;
     ``workers`` n >= 1.
     """
-    p = np.asarray(parallel_fraction, dtype=float)
-    n = np.asarray(workers, dtype=float)
-    if np.any((p < 0) | (p > 1)):
+    p = _numbers("parallel_fraction", parallel_fraction)
+    n = _numbers("workers", workers)
+    if np.any(np.isnan(p)) or np.any((p < 0) | (p > 1)):
         raise ValueError(f"parallel_fraction must be in [0, 1], got {parallel_fraction}")
-    if np.any(n < 1):
+    if np.any(np.isnan(n)) or np.any(n < 1):
         raise ValueError(f"workers must be >= 1, got {workers}")
     s = 1.0 / ((1.0 - p) + p / n)
     return float(s) if s.ndim == 0 else s
@@ -29,8 +38,8 @@ def gustafson_speedup(serial_fraction: float | np.ndarray, workers: int | np.nda
     ``serial_fraction`` s in [0, 1] is the serial share of the run time measured on the
     n-worker machine, whose job grew with it; ``workers`` n >= 1.
     """
-    s = np.asarray(serial_fraction, dtype=float)
-    n = np.asarray(workers, dtype=float)
+    s = _numbers("serial_fraction", serial_fraction)
+    n = _numbers("workers", workers)
     if np.any(np.isnan(s)) or np.any((s < 0) | (s > 1)):
         raise ValueError(f"serial_fraction must be in [0, 1], got {serial_fraction}")
     if np.any(np.isnan(n)) or np.any(n < 1):
