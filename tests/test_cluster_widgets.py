@@ -8,6 +8,7 @@ import pytest
 from labkit.cluster import faults, plots, stragglers, widgets
 from labkit.cluster.jobs import generate_jobs
 from labkit.cluster.scheduler import Cluster, simulate
+from widget_checks import first_slider_changes_output
 
 matplotlib.use("Agg")
 
@@ -17,12 +18,7 @@ matplotlib.use("Agg")
                                       ("straggler_widget", {})])
 def test_first_slider_changes_output(name, kw, capsys):
     w = getattr(widgets, name)(**kw)
-    before = capsys.readouterr().out
-    slider = w.children[0]
-    slider.value = slider.value + 4 * slider.step
-    after = capsys.readouterr().out
-    assert before and after and before != after
-    matplotlib.pyplot.close("all")
+    first_slider_changes_output(w, capsys, steps=4)
 
 
 def test_widget_numbers(capsys):

@@ -7,6 +7,7 @@ import pytest
 
 from labkit.memory import plots, widgets
 from labkit.memory.constants import MiB
+from widget_checks import first_slider_changes_output
 
 matplotlib.use("Agg")
 
@@ -14,12 +15,7 @@ matplotlib.use("Agg")
 @pytest.mark.parametrize("name", ["walkthrough_widget", "budget_widget", "activation_widget"])
 def test_first_slider_changes_output(name, capsys):
     w = getattr(widgets, name)()
-    before = capsys.readouterr().out
-    slider = w.children[0]
-    slider.value = slider.value + 4 * slider.step
-    after = capsys.readouterr().out
-    assert before and after and before != after
-    matplotlib.pyplot.close("all")
+    first_slider_changes_output(w, capsys, steps=4)
 
 
 def test_walkthrough_numbers(capsys):

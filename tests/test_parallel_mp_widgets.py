@@ -4,6 +4,7 @@ import matplotlib
 import pytest
 
 from labkit.parallel import mp_widgets
+from widget_checks import first_slider_changes_output
 
 matplotlib.use("Agg")
 
@@ -11,12 +12,7 @@ matplotlib.use("Agg")
 @pytest.mark.parametrize("name", ["schedule_widget", "zero_widget", "planner_widget"])
 def test_first_slider_changes_output(name, capsys):
     w = getattr(mp_widgets, name)()
-    before = capsys.readouterr().out
-    slider = w.children[0]
-    slider.value = slider.value + 2 * slider.step
-    after = capsys.readouterr().out
-    assert before and after and before != after
-    matplotlib.pyplot.close("all")
+    first_slider_changes_output(w, capsys, steps=2)
 
 
 def test_schedule_numbers(capsys):
