@@ -8,12 +8,11 @@ CUDA cores (what labkit's kernels use), TF32 or BF16 on the Tensor Cores. A mach
 lacks a precision (this computer has only a measured FP32 rate) is left out of that
 comparison rather than drawn at another precision.
 
-``measure_machine()`` adds this computer: numpy float32 matmul FLOP/s and a STREAM-like
-bandwidth (McCalpin, "STREAM" benchmark: a = b + c counts 3 x 8 bytes per element).
+``measure_machine()`` adds this computer, measured by :mod:`labkit.perf.machine` (float32
+matmul FLOP/s and the STREAM triad bandwidth, McCalpin's "STREAM" benchmark).
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -77,43 +76,14 @@ def bound(hw: Hardware, intensity: float, precision: str = "fp32") -> str:
     return "memory-bound" if intensity < hw.ridge(precision) else "compute-bound"
 
 
-def measure_matmul_flops(n: int = 768, repeats: int = 3) -> float:
-    """Best float32 FLOP/s of numpy's n x n matmul (2 n^3 FLOPs)."""
-    if n < 16:
-        raise ValueError(f"n must be >= 16, got {n}")
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((n, n), dtype=np.float32)
-    b = rng.standard_normal((n, n), dtype=np.float32)
-    a @ b
-    best = np.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t0)
-    return 2.0 * n ** 3 / best
-
-
-def measure_bandwidth(mbytes: int = 32, repeats: int = 5) -> float:
-    """Best bytes/s of np.add(b, c, out=a) on float64 arrays of ``mbytes`` MB each
-    (STREAM "add": 2 reads + 1 write = 24 bytes per element)."""
-    if mbytes < 1:
-        raise ValueError(f"mbytes must be >= 1, got {mbytes}")
-    n = mbytes * 2 ** 20 // 8
-    a, b, c = np.zeros(n), np.ones(n), np.full(n, 2.0)
-    np.add(b, c, out=a)
-    best = np.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        np.add(b, c, out=a)
-        best = min(best, time.perf_counter() - t0)
-    return 24.0 * n / best
-
-
 @lru_cache(maxsize=1)
 def measure_machine() -> Hardware:
-    """This computer as a roofline: measured matmul FLOP/s and STREAM-like bandwidth."""
-    return Hardware("this machine (measured)", {"fp32": measure_matmul_flops()},
-                    measure_bandwidth(), "measured here: numpy matmul, STREAM-like add")
+    """This computer as a roofline, measured once by :func:`labkit.perf.measure_machine`
+    (float32 matmul FLOP/s and STREAM triad bandwidth: one measurement for the course)."""
+    from labkit.perf.machine import measure_machine as measure
+
+    roof = measure()
+    return Hardware("this machine (measured)", {"fp32": roof.peak}, roof.bandwidth, roof.source)
 
 
 def hardware(name: str) -> Hardware:
