@@ -30,6 +30,7 @@ from typing import Callable
 import numpy as np
 
 import labkit  # selects the real GPU or the simulator before numba is imported
+from labkit.kernels.timing import event_seconds as time_events  # CUDA events, one source
 
 MATMUL_GOAL = 0.30       # 2-D register-blocked / torch.matmul FP32 at 4096^3 (issue 15)
 REDUCTION_GOAL = 0.80    # reduce_fast / HBM peak at 2^28 float32 (issue 15)
@@ -59,20 +60,6 @@ def _gpu_key(name: str) -> str | None:
         if key in name.upper():
             return key
     return None
-
-
-def time_events(launch: Callable[[], None], repeats: int) -> float:
-    """Seconds per call by CUDA events, after one warm-up call (compilation, caches)."""
-    from numba import cuda
-    launch()
-    cuda.synchronize()
-    start, end = cuda.event(), cuda.event()
-    start.record()
-    for _ in range(repeats):
-        launch()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3 / repeats      # elapsed_time is in milliseconds
 
 
 # ---- 1. correctness -------------------------------------------------------------------------

@@ -152,6 +152,18 @@ def array(name: str, value: Any, *, ndim: int | Sequence[int] | None = None,
     return arr
 
 
+def dims(name: str, value: Any, *, most: int = 3) -> tuple[int, ...]:
+    """A CUDA launch dimension: a positive int or a tuple of 1 to ``most`` positive ints."""
+    if isinstance(value, (str, bytes)) or not (np.isscalar(value) or hasattr(value, "__len__")):
+        raise TypeError(f"{name} must be a positive int or a tuple of 1 to {most} positive ints, "
+                        f"got {value!r}")
+    out = (value,) if np.isscalar(value) else tuple(value)
+    if not 1 <= len(out) <= most:
+        raise ValueError(f"{name} must be a positive int or a tuple of 1 to {most} positive ints, "
+                         f"got {value!r}")
+    return tuple(integer(name, d, low=1) for d in out)
+
+
 def ceil_div(a: int, b: int) -> int:
     """⌈a / b⌉ for non-negative ints (blocks that cover ``a`` items, ``b`` per block)."""
     return -(-a // b)

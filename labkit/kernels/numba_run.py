@@ -22,16 +22,8 @@ _LOCK = threading.Lock()
 
 
 def _dims(value: Any, what: str) -> tuple[int, ...]:
-    from labkit.validate import integer
-    if isinstance(value, (str, bytes)) or not (np.isscalar(value) or hasattr(value, "__len__")):
-        raise TypeError(f"{what} must be a positive int or a tuple of 1 to 3 positive ints, "
-                        f"got {value!r}")
-    dims = (value,) if np.isscalar(value) else tuple(value)
-    if not 1 <= len(dims) <= 3:
-        raise ValueError(f"{what} must be a positive int or a tuple of 1 to 3 positive ints, "
-                         f"got {value!r}")
-    dims = tuple(integer(what, d, low=1) for d in dims)
-    return tuple(int(d) for d in dims)
+    from labkit.validate import dims
+    return dims(what, value)
 
 
 class _SimulatorCuda:

@@ -24,6 +24,13 @@ def time_events(launch: Callable[[], None], repeats: int = 5) -> float:
     repeats = integer("repeats", repeats, low=1)
     if not on_gpu():
         raise RuntimeError("time_events needs a CUDA GPU (the simulator has no clock)")
+    return event_seconds(launch, repeats)
+
+
+def event_seconds(launch: Callable[[], None], repeats: int) -> float:
+    """The measurement behind :func:`time_events`: warm up once, synchronize, time
+    ``repeats`` launches between two CUDA events (the simulator's events run but mean
+    nothing; gpu_check smoke-tests its sections there)."""
     from numba import cuda
     launch()
     cuda.synchronize()

@@ -381,17 +381,9 @@ def _assigned_name(frame) -> str | None:
 
 
 def _as_dim3(value: Any, what: str) -> tuple[int, int, int]:
-    from labkit.validate import integer
-    if isinstance(value, (str, bytes)) or not (np.isscalar(value) or hasattr(value, "__len__")):
-        raise TypeError(f"{what} must be a positive int or a tuple of 1 to 3 positive ints, "
-                        f"got {value!r}")
-    dims = (value,) if np.isscalar(value) else tuple(value)
-    if not 1 <= len(dims) <= 3:
-        raise ValueError(f"{what} must be a positive int or a tuple of 1 to 3 positive ints, "
-                         f"got {value!r}")
-    dims = tuple(integer(what, d, low=1) for d in dims)
-    dims = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
-    return dims  # type: ignore[return-value]
+    from labkit.validate import dims
+    out = dims(what, value)
+    return out + (1,) * (3 - len(out))  # type: ignore[return-value]
 
 
 class _Executor:
