@@ -9,7 +9,8 @@ from importlib import metadata
 
 from labkit._device import on_simulator
 
-PACKAGES = ("numpy", "numba", "numba-cuda", "torch", "matplotlib", "ipywidgets", "labkit")
+PACKAGES = ("numpy", "numba", "numba-cuda", "torch", "matplotlib", "ipywidgets", "ipykernel",
+            "labkit")
 
 
 @dataclass(frozen=True)
@@ -20,10 +21,15 @@ class EnvReport:
     device: str
     platform: str = field(default_factory=platform.platform)
 
+    @property
+    def warnings(self) -> list[str]:
+        return environment_warnings(self.packages)
+
     def rows(self) -> list[tuple[str, str]]:
         rows = [("python", self.python)]
         rows += [(name, ver) for name, ver in self.packages.items()]
         rows += [("CPU cores", str(self.cpu_count)), ("CUDA device", self.device)]
+        rows += [("warning", text) for text in self.warnings]
         return rows
 
     def __str__(self) -> str:
@@ -41,6 +47,19 @@ def package_version(name: str) -> str:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return "not installed"
+
+
+def environment_warnings(packages: dict[str, str]) -> list[str]:
+    """What in these package versions is known to break the course, and the fix."""
+    found = []
+    kernel = packages.get("ipykernel", "not installed")
+    if kernel[:1].isdigit() and int(kernel.split(".")[0]) >= 7:
+        found.append(
+            f"ipykernel {kernel}: JupyterLab runs widget callbacks on a second thread "
+            "(comms over subshells), and a widget can print its text but lose its plot "
+            "(ipython/ipykernel#1564). Install ipykernel<7 (the course pins 6.31.0), or set "
+            "Settings > Kernel > Kernel Comms over subshells to Disabled.")
+    return found
 
 
 def gpu_name() -> str:

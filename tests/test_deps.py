@@ -91,3 +91,12 @@ def test_what_labkit_imports_is_a_runtime_dependency():
             problems.append(f"{module} ({where}) imported by {sorted(files)[0]}")
     assert problems == []
     assert {"nbformat", "nbval", "pytest"} <= set(runtime)        # the grader runs them
+
+
+def test_ipykernel_is_bounded_below_7_for_widget_plots():
+    """ipykernel 7 + JupyterLab's default commsOverSubshells loses widget plots
+    (ipython/ipykernel#1564); tests/test_browser.py shows it on chapter 05's first draw."""
+    _, dev = pyproject()
+    spec = dev["ipykernel"].specifier
+    assert spec.contains(str(pins()["ipykernel"])) and not spec.contains("7.0.0")
+    assert "ipykernel#1564" in (REPO / "pyproject.toml").read_text()

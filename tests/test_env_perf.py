@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from labkit._device import real_gpu_count
-from labkit.env import report
+from labkit.env import environment_warnings, report
 from labkit.perf import Row, amdahl_curve, amdahl_speedup, format_table, time_call
 
 
@@ -24,6 +24,17 @@ def test_report_names_versions_and_device():
     text = str(r)
     assert "numba" in text and "CUDA device" in text
     assert r._repr_markdown_().startswith("| component |")
+    assert r.packages["ipykernel"].startswith("6.") and r.warnings == []
+
+
+@pytest.mark.parametrize("version, warned", [
+    ("7.4.0", True), ("7.0.0", True), ("10.1", True),
+    ("6.31.0", False), ("6.29.5", False), ("not installed", False)])
+def test_ipykernel_7_is_warned_about_with_the_fix(version, warned):
+    found = environment_warnings({"ipykernel": version})
+    assert bool(found) == warned
+    if warned:
+        assert "ipykernel<7" in found[0] and "subshells" in found[0] and version in found[0]
 
 
 def test_import_selects_the_simulator_before_numba_and_stays_cheap():
