@@ -131,6 +131,28 @@ def test_syncthreads_orders_shared_writes_before_reads():
     assert [x.name for x in trace.arrays] == ["a", "out", "buf"]
 
 
+def test_shared_and_local_memory_start_poisoned_not_zeroed():
+    """A GPU's shared and local memory start with garbage: a slot read before it is written
+    gives NaN (floats) or a large integer here, never a lucky zero."""
+    def reads_unwritten(cuda):
+        def kernel(out, iout):
+            buf = cuda.shared.array(64, cuda.float32)
+            ibuf = cuda.shared.array(64, cuda.int32)
+            loc = cuda.local.array(2, cuda.float64)
+            t = cuda.threadIdx.x
+            if t < 32:
+                buf[t] = 1.0
+                ibuf[t] = 1
+            cuda.syncthreads()
+            out[t] = buf[t] + loc[t % 2]
+            iout[t] = ibuf[t]
+        return kernel
+    out, iout = np.zeros(64, np.float32), np.zeros(64, np.int32)
+    run_traced(reads_unwritten, 1, 64, out, iout)
+    assert np.isnan(out).all()
+    assert (iout[:32] == 1).all() and (iout[32:] > 10**8).all()
+
+
 def test_exited_threads_do_not_block_the_barrier():
     def early_exit(cuda):
         def kernel(out):

@@ -266,10 +266,24 @@ class _Shared:
         return self._ex.shared_array(shape, dtype, sys._getframe(1))
 
 
+def uninitialized(shape: Any, dtype: Any) -> np.ndarray:
+    """A new shared or local array. On a GPU these start with whatever the memory held
+    (CUDA C++ Programming Guide: ``__shared__`` variables cannot be initialised in their
+    declaration); here they start poisoned, NaN or a large integer, so a kernel that reads
+    a slot before writing it gets a visibly wrong answer, as it would on a GPU, instead of
+    a lucky zero."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "fc":
+        return np.full(shape, np.nan, dtype=dtype)
+    if dtype.kind in "iu":
+        return np.full(shape, np.iinfo(dtype).max // 3 + 7, dtype=dtype)
+    return np.zeros(shape, dtype=dtype)
+
+
 class _Local:
     @staticmethod
     def array(shape: Any, dtype: Any) -> np.ndarray:
-        return np.zeros(shape, dtype=dtype)
+        return uninitialized(shape, dtype)
 
 
 class _Atomic:
@@ -461,7 +475,7 @@ class _Executor:
         with self.atomic_lock:
             if call not in self.shared_by_call:
                 name = _assigned_name(frame) or f"shared{call}"
-                data = np.zeros(shape, dtype=dtype)
+                data = uninitialized(shape, dtype)
                 self.arrays.append(ArrayInfo(name, SHARED, data.shape, data.itemsize,
                                              self.block_linear))
                 self.shared_by_call[call] = TracedArray(data, len(self.arrays) - 1, SHARED,
