@@ -179,6 +179,23 @@ LADDER_LAUNCHES = (
     ("register", dict(tile=64, rows=4)),
     ("register2d", dict(blocked=dict(bm=128, bn=128, bk=8, tm=8, tn=8))),
 )
+REGISTER2D_TRIALS = (      # more 2-D tile shapes, timed after the ladder (ptxas 13.x sm_90
+    dict(bm=64, bn=64, bk=8, tm=4, tn=4),       # 56   registers, benchmarks/ptx_report.py)
+    dict(bm=128, bn=64, bk=8, tm=8, tn=4),      # 92
+    dict(bm=128, bn=128, bk=4, tm=8, tn=8),     # 120  (capped at 128: library.REGISTER_BUDGET_2D)
+)
+
+
+def _registers(kernel) -> str:
+    """Registers and local memory per thread of a compiled numba kernel (one signature):
+    above 128 registers a 256-thread block leaves room for one block per SM, not two."""
+    try:
+        regs, local = kernel.get_regs_per_thread(), kernel.get_local_mem_per_thread()
+        regs = max(regs.values()) if isinstance(regs, dict) else regs
+        local = max(local.values()) if isinstance(local, dict) else local
+        return f"{regs:3d} regs {local:3d} B local"
+    except Exception as exc:  # an older numba-cuda: the timing still stands
+        return f"registers unknown ({type(exc).__name__})"
 
 
 def _torch_matmul_seconds(a: np.ndarray, repeats: int) -> float:
@@ -228,10 +245,21 @@ def section_matmul(ctx: Context) -> list[str]:
         pred = (f"  model {predict_matmul(size, variant, ctx.gpu_key).tflops:6.2f}"
                 if ctx.gpu_key in ("A100", "H100", "H200") else "")
         print(f"  {variant:11s} {secs * 1e3:9.3f} ms {flops / secs / 1e12:7.2f} TFLOP/s"
-              f"{step}{pred}  {'ok' if ok else 'WRONG RESULT'}")
+              f"{step}{pred}  {'ok' if ok else 'WRONG RESULT'}  {_registers(kernel)}")
         previous = secs
         if not ok:
             failures.append(f"matmul_{variant}")
+    for shape in REGISTER2D_TRIALS:
+        label = "register2d " + ",".join(str(v) for v in shape.values())
+        grid, block, fn = ops.matmul_launch("register2d", size, size, blocked=shape)
+        kernel = compiled(fn)
+        secs = time_events(lambda: kernel[grid, block](da, db, dc), repeats)
+        ok = np.allclose(dc.copy_to_host(), want, rtol=1e-3, atol=1e-2 * math.sqrt(size))
+        seconds[label] = secs
+        print(f"  {label:24s} {secs * 1e3:9.3f} ms {flops / secs / 1e12:7.2f} TFLOP/s  "
+              f"{'ok' if ok else 'WRONG RESULT'}  {_registers(kernel)}")
+        if not ok:
+            failures.append(f"matmul_{label.replace(' ', '_')}")
     ctx.results["matmul"] = {v: flops / s / 1e12 for v, s in seconds.items()}
     try:
         ref = _torch_matmul_seconds(a, repeats)
@@ -241,7 +269,7 @@ def section_matmul(ctx: Context) -> list[str]:
     print(f"  torch.matmul FP32, TF32 off (cuBLAS) {ref * 1e3:9.3f} ms "
           f"{flops / ref / 1e12:7.2f} TFLOP/s")
     for variant, secs in seconds.items():
-        print(f"    {variant:11s} = {ref / secs:6.1%} of cuBLAS")
+        print(f"    {variant:24s} = {ref / secs:6.1%} of cuBLAS")
     share = ref / seconds["register2d"]
     ctx.results["matmul_vs_cublas"] = share
     if not ctx.quick and share < MATMUL_GOAL:

@@ -355,14 +355,22 @@ def add_block_offsets(cuda):
 # ---- matmul ---------------------------------------------------------------------------
 
 def matmul_naive(cuda):
-    """c[i, j] = sum_k a[i, k] b[k, j]; threadIdx.x walks *rows* i (uncoalesced c and a)."""
+    """c[i, j] = sum_k a[i, k] b[k, j]; threadIdx.x walks *rows* i (uncoalesced c and a).
+
+    k counts in a ``while`` loop, not ``for k in range(...)``: numba wraps negative
+    indices like Python, and the compiler does not bound a ``range`` counter, so each of
+    ``a[i, k]`` and ``b[k, j]`` would pay a compare, a select and 64-bit address
+    arithmetic per step (see the inner loop in ``benchmarks/ptx_report.py``).
+    """
     def kernel(a, b, c):
         i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         j = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
         if i < c.shape[0] and j < c.shape[1]:
             acc = cuda.float32(0.0)   # float32 accumulate: an FP32 kernel
-            for k in range(a.shape[1]):
+            k = 0
+            while k < a.shape[1]:     # not range(): see the docstring
                 acc += a[i, k] * b[k, j]
+                k += 1
             c[i, j] = acc
     return kernel
 
@@ -374,8 +382,10 @@ def matmul_coalesced(cuda):
         i = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
         if i < c.shape[0] and j < c.shape[1]:
             acc = cuda.float32(0.0)
-            for k in range(a.shape[1]):
+            k = 0
+            while k < a.shape[1]:     # a while loop, as in matmul_naive
                 acc += a[i, k] * b[k, j]
+                k += 1
             c[i, j] = acc
     return kernel
 
@@ -387,7 +397,10 @@ def matmul_tiled(tile: int = 16):
     tile of a and one of b per phase. Each element of a is read ceil(N / tile) times from
     global memory instead of N times. The accumulator is ``cuda.float32(0.0)``: a bare
     ``0.0`` is a float64 in numba and turns every product into an FP64 add (seen in the
-    PTX: ``cvt.f64.f32`` + ``add.f64`` per multiply-add).
+    PTX: ``cvt.f64.f32`` + ``add.f64`` per multiply-add). The thread index is masked
+    (``threadIdx.x & (tile - 1)``, a no-op for the (tile, tile) launch) and the phases are
+    counted by a ``while`` loop: both let the compiler prove every index >= 0 and drop
+    numba's negative-index wrap-around from the tile loads (see :func:`matmul_naive`).
     """
     _check_pow2(tile, "tile", 2, 32)
 
@@ -395,21 +408,23 @@ def matmul_tiled(tile: int = 16):
         def kernel(a, b, c):
             sa = cuda.shared.array((tile, tile), cuda.float32)
             sb = cuda.shared.array((tile, tile), cuda.float32)
-            tx = cuda.threadIdx.x
-            ty = cuda.threadIdx.y
+            tx = cuda.threadIdx.x & (tile - 1)      # = threadIdx for blockDim (tile, tile);
+            ty = cuda.threadIdx.y & (tile - 1)      # the mask proves 0 <= tx, ty < tile
             j = cuda.blockIdx.x * tile + tx
             i = cuda.blockIdx.y * tile + ty
             n_k = a.shape[1]
             acc = cuda.float32(0.0)
-            for p in range((n_k + tile - 1) // tile):
-                ka = p * tile + tx
-                kb = p * tile + ty
+            k0 = 0
+            while k0 < n_k:                         # one phase per tile columns of a
+                ka = k0 + tx
+                kb = k0 + ty
                 sa[ty, tx] = a[i, ka] if i < a.shape[0] and ka < n_k else 0.0
                 sb[ty, tx] = b[kb, j] if kb < n_k and j < b.shape[1] else 0.0
                 cuda.syncthreads()
-                for k in range(tile):
+                for k in range(tile):               # a constant count: fully unrolled
                     acc += sa[ty, k] * sb[k, tx]
                 cuda.syncthreads()
+                k0 += tile
             if i < c.shape[0] and j < c.shape[1]:
                 c[i, j] = acc
         return kernel
@@ -423,7 +438,10 @@ def matmul_register_blocked(tile: int = 16, rows: int = 4):
 
     A block of (tile, tile // rows) threads computes a tile x tile block of c. Per phase a
     thread reads one value of sb and reuses it from a register for ``rows`` products, so
-    shared-memory reads per output drop from 2 * tile to tile * (1 + 1 / rows).
+    shared-memory reads per output drop from 2 * tile to tile * (1 + 1 / rows). The thread
+    index is masked and the k loops are ``while`` loops so that the compiler can prove
+    every index >= 0 and skips numba's negative-index wrap-around (see
+    :func:`matmul_2d_blocked`).
     """
     _check_pow2(tile, "tile", 2, 64)
     _check_pow2(rows, "rows", 1, tile)
@@ -437,26 +455,34 @@ def matmul_register_blocked(tile: int = 16, rows: int = 4):
             sa = cuda.shared.array((tile, tile), cuda.float32)
             sb = cuda.shared.array((tile, tile), cuda.float32)
             acc = cuda.local.array(rows, cuda.float32)
-            tx = cuda.threadIdx.x
-            ty = cuda.threadIdx.y
+            tx = cuda.threadIdx.x & (tile - 1)      # no-ops for blockDim (tile, height)
+            ty = cuda.threadIdx.y & (height - 1)    # that prove 0 <= tx, ty
             j = cuda.blockIdx.x * tile + tx
             i0 = cuda.blockIdx.y * tile
             n_k = a.shape[1]
             for r in range(rows):
                 acc[r] = 0.0
-            for p in range((n_k + tile - 1) // tile):
+            k0 = 0
+            while k0 < n_k:                         # one phase per tile columns of a
                 for r in range(rows):
                     li = ty + r * height
-                    ka = p * tile + tx
-                    kb = p * tile + li
-                    sa[li, tx] = a[i0 + li, ka] if i0 + li < a.shape[0] and ka < n_k else 0.0
-                    sb[li, tx] = b[kb, j] if kb < n_k and j < b.shape[1] else 0.0
+                    if i0 + li < a.shape[0] and k0 + tx < n_k:
+                        sa[li, tx] = a[i0 + li, k0 + tx]
+                    else:
+                        sa[li, tx] = 0.0
+                    if k0 + li < n_k and j < b.shape[1]:
+                        sb[li, tx] = b[k0 + li, j]
+                    else:
+                        sb[li, tx] = 0.0
                 cuda.syncthreads()
-                for k in range(tile):
+                k = 0
+                while k < tile:
                     bv = sb[k, tx]
                     for r in range(rows):
                         acc[r] += sa[ty * rows + r, k] * bv
+                    k += 1
                 cuda.syncthreads()
+                k0 += tile
             for r in range(rows):
                 i = i0 + ty * rows + r
                 if i < c.shape[0] and j < c.shape[1]:
@@ -615,6 +641,20 @@ def reduce_fast(block: int = 256, unroll: int = 4):
     return factory
 
 
+REGISTER_BUDGET_2D = 128
+"""Most registers per thread :func:`matmul_2d_blocked` may use (its ``jit_options``):
+an SM's 64 K registers then hold two 256-thread blocks."""
+
+
+def register_limit(threads: int, budget: int) -> int:
+    """``max_registers`` for a kernel of ``threads`` per block: ``budget``, or less where a
+    block of ``threads`` at ``budget`` would not fit the register file of one SM (the
+    smallest of :data:`labkit.hardware.SM_LIMITS`, 64 K on all of them): 64 at 1024."""
+    from labkit.hardware import SM_LIMITS
+    per_sm = min(s.registers_per_sm for s in SM_LIMITS.values())
+    return min(budget, per_sm // threads)
+
+
 def _conflict_free_pad(rows: int, cols: int, threads: int) -> int:
     """Smallest padding p of a (cols, rows + p) shared tile such that storing a row-major
     (rows, cols) global tile transposed into it is free of bank conflicts: thread e of a
@@ -635,16 +675,43 @@ def _conflict_free_pad(rows: int, cols: int, threads: int) -> int:
 @lru_cache(maxsize=None)
 def matmul_2d_blocked(bm: int = 64, bn: int = 64, bk: int = 8, tm: int = 4, tn: int = 4):
     """FP32 matmul with 2-D register blocking (the CUTLASS / "How to optimize a CUDA
-    matmul" (S. Boehm, 2022, kernel 5) structure).
+    matmul" (S. Boehm, 2022, kernels 5-6) structure).
 
     A block of (bn / tn) x (bm / tm) threads computes a bm x bn tile of c; each thread a
-    tm x tn micro-tile of c held in registers, at rows ``ty + r * (bm / tm)`` and columns
-    ``tx + q * (bn / tn)`` (strided, so a warp's shared reads hit distinct banks or one
-    broadcast word, and its c stores are contiguous). Per phase of ``bk`` the block loads
-    an a tile (bm x bk, stored transposed and padded so the stores are conflict-free) and a
-    b tile (bk x bn) with consecutive threads on consecutive addresses, then each thread
-    does ``bk * tm * tn`` FMAs from ``bk * (tm + tn)`` shared reads — the ratio that moves
-    the kernel from shared-memory-bound (tiled: 2 reads per FMA) towards compute-bound.
+    tm x tn micro-tile of c held in registers, at the tm consecutive rows
+    ``ty * tm + r`` and the columns ``tx + q * (bn / tn)``. Per phase of ``bk`` the block
+    loads an a tile (bm x bk, stored transposed and padded so the stores are
+    conflict-free) and a b tile (bk x bn) with consecutive threads on consecutive
+    addresses, then each thread does ``bk * tm * tn`` FMAs from ``bk * (tm + tn)`` shared
+    reads — the ratio that moves the kernel from shared-memory-bound (tiled: 2 reads per
+    FMA) towards compute-bound. A thread's tm values of a are adjacent words (one 128-bit
+    ``LDS.128`` per 4 when the row is 16-byte aligned), the same words for the threads of
+    one ``ty`` (a broadcast) and distinct banks for a warp's other ``ty`` when
+    tm <= bn / tn; its b values are strided so a warp reads consecutive words; its c
+    stores are contiguous across a warp.
+
+    Written for the compiler, checked in the SASS (``benchmarks/ptx_report.py``):
+    numba, like Python, wraps negative indices, so every ``sa[kk, col]`` with a signed
+    index the compiler cannot prove >= 0 costs a compare, a select and 64-bit address
+    arithmetic. Two habits keep the inner loop to FFMAs and shared loads: the thread index
+    is masked (``threadIdx.x & (cs - 1)``, a no-op for the launch shape that proves
+    0 <= tx < cs), and the k loops are ``while`` loops with a plain counter (numba's
+    ``range`` loop keeps a 64-bit iterator whose index the compiler does not bound, so
+    ``sa[kk, ...]`` kept its wrap check). On sm_90 at
+    (128, 128, 8, 8, 8) the inner loop is then 64 FFMA, 8 LDS, 2 LDS.128 and 7 others
+    (was 64 FFMA, 16 LDS, 86 others), a whole phase 785 instructions for 512 FFMAs (was
+    1602), 128 registers (was 146: two 256-thread blocks fit in an SM's 64 K registers, not
+    one), no local memory, no spills; the 8 global loads of a phase are issued before the
+    first shared store (they were interleaved, one load's latency at a time).
+
+    Where the micro-tile alone (tm tn accumulators, tm + tn operands) takes half of
+    :data:`REGISTER_BUDGET_2D` or more, the factory's ``jit_options`` cap its registers at
+    that budget (``max_registers``, applied when the PTX is assembled: ``ptxas
+    -maxrregcount``), so another ptxas cannot make (128, 128, 8, 8, 8) 146 again. Smaller
+    micro-tiles go uncapped: given a cap, ptxas 13.x spends registers up to it ((64, 64, 8,
+    4, 4) went from 56 to 68, four blocks per SM to three). Launch bounds (``launch_bounds=(256, 2)``) were
+    tried and left out: libnvvm reads them too and wrote other PTX, which ptxas made 116
+    registers but 902 instructions a phase instead of 785.
 
     Traffic: a read m*k*ceil(n/bn) times in all, b k*n*ceil(m/bm), c written m*n times.
     """
@@ -660,7 +727,7 @@ def matmul_2d_blocked(bm: int = 64, bn: int = 64, bk: int = 8, tm: int = 4, tn: 
     if (bm * bk) % threads or (bk * bn) % threads:
         raise ValueError(f"the a tile ({bm} x {bk}) and the b tile ({bk} x {bn}) must be "
                          f"multiples of the {threads} threads that load them")
-    rs, cs = bm // tm, bn // tn          # row and column stride of a thread's micro-tile
+    rs, cs = bm // tm, bn // tn          # threads along a column and along a row of c
     pad = _conflict_free_pad(bm, bk, threads)
     loads_a, loads_b = bm * bk // threads, bk * bn // threads
     a_width, n_acc = bm + pad, tm * tn    # plain ints: numba needs constant array shapes
@@ -669,11 +736,11 @@ def matmul_2d_blocked(bm: int = 64, bn: int = 64, bk: int = 8, tm: int = 4, tn: 
         def kernel(a, b, c):
             sa = cuda.shared.array((bk, a_width), cuda.float32)     # a tile, transposed
             sb = cuda.shared.array((bk, bn), cuda.float32)
-            acc = cuda.local.array(n_acc, cuda.float32)
-            ra = cuda.local.array(tm, cuda.float32)
-            rb = cuda.local.array(tn, cuda.float32)
-            tx = cuda.threadIdx.x
-            ty = cuda.threadIdx.y
+            acc = cuda.local.array(n_acc, cuda.float32)   # registers: every index is a
+            ra = cuda.local.array(tm, cuda.float32)       # constant once the r, q loops
+            rb = cuda.local.array(tn, cuda.float32)       # are unrolled
+            tx = cuda.threadIdx.x & (cs - 1)    # the masks change nothing (blockDim is
+            ty = cuda.threadIdx.y & (rs - 1)    # (cs, rs)) but prove 0 <= tx, ty
             t = ty * cs + tx
             i0 = cuda.blockIdx.y * bm
             j0 = cuda.blockIdx.x * bn
@@ -682,8 +749,8 @@ def matmul_2d_blocked(bm: int = 64, bn: int = 64, bk: int = 8, tm: int = 4, tn: 
             n = b.shape[1]
             for e in range(n_acc):
                 acc[e] = 0.0
-            for p in range((n_k + bk - 1) // bk):
-                k0 = p * bk
+            k0 = 0
+            while k0 < n_k:                     # one phase per bk columns of a
                 for l in range(loads_a):
                     e = t + l * threads
                     ii = e // bk
@@ -701,23 +768,28 @@ def matmul_2d_blocked(bm: int = 64, bn: int = 64, bk: int = 8, tm: int = 4, tn: 
                     else:
                         sb[kk, jj] = 0.0
                 cuda.syncthreads()
-                for kk in range(bk):
+                kk = 0
+                while kk < bk:                  # the inner loop: tm + tn loads, tm tn FMAs
                     for r in range(tm):
-                        ra[r] = sa[kk, ty + r * rs]
+                        ra[r] = sa[kk, ty * tm + r]
                     for q in range(tn):
                         rb[q] = sb[kk, tx + q * cs]
                     for r in range(tm):
                         for q in range(tn):
                             acc[r * tn + q] += ra[r] * rb[q]
+                    kk += 1
                 cuda.syncthreads()
+                k0 += bk
             for r in range(tm):
-                i = i0 + ty + r * rs
+                i = i0 + ty * tm + r
                 for q in range(tn):
                     j = j0 + tx + q * cs
                     if i < m and j < n:
                         c[i, j] = acc[r * tn + q]
         return kernel
     factory.__name__ = factory.__qualname__ = f"matmul_2d_blocked_{bm}_{bn}_{bk}_{tm}_{tn}"
+    if 2 * (n_acc + tm + tn) >= REGISTER_BUDGET_2D:
+        factory.jit_options = {"max_registers": register_limit(threads, REGISTER_BUDGET_2D)}
     return factory
 
 

@@ -5,6 +5,12 @@
 ``griddim`` blocks of ``blockdim`` threads and copies every array argument back into the
 host array in place. Scalars are passed as they are.
 
+A kernel factory may state options for ``numba.cuda.jit`` as an attribute,
+``kernel_fn.jit_options`` (a dict: ``{"max_registers": 128}``, which caps registers per
+thread when the PTX is assembled; ``{"launch_bounds": (256, 2)}``, numba-cuda 0.14 and
+later, NVIDIA/numba-cuda#272). On a GPU :func:`compiled` passes them on; the simulator's
+``jit`` takes neither option, so it runs the kernel without them.
+
 numba is imported here, lazily, so ``import labkit.kernels`` stays cheap; ``import labkit``
 first, so that the simulator is selected on a machine without a GPU.
 """
@@ -80,7 +86,8 @@ def _sim_shuffle(value: Any, source: Callable[[int], int]) -> Any:
 
 
 def compiled(kernel_fn: Callable) -> Any:
-    """``numba.cuda.jit(kernel_fn(numba.cuda))``, compiled once per ``kernel_fn``."""
+    """``numba.cuda.jit(kernel_fn(numba.cuda))``, compiled once per ``kernel_fn``, with
+    ``kernel_fn.jit_options`` where the factory states them (not on the simulator)."""
     import labkit  # noqa: F401  (selects the simulator before numba is imported)
     from numba import cuda
 
@@ -88,8 +95,10 @@ def compiled(kernel_fn: Callable) -> Any:
 
     with _LOCK:
         if kernel_fn not in _COMPILED:
-            module = _SimulatorCuda() if on_simulator() else cuda
-            _COMPILED[kernel_fn] = cuda.jit(kernel_fn(module))
+            simulator = on_simulator()
+            module = _SimulatorCuda() if simulator else cuda
+            options = {} if simulator else getattr(kernel_fn, "jit_options", {})
+            _COMPILED[kernel_fn] = cuda.jit(kernel_fn(module), **options)
         return _COMPILED[kernel_fn]
 
 
