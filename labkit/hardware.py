@@ -28,6 +28,19 @@ GB = 1e9
 PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
 
 
+def peak_rate(flops: dict, precision: str, machine: str,
+              precisions: tuple[str, ...] = PRECISIONS) -> float:
+    """``flops[precision]``; the error says which precisions exist and which ``machine``
+    has (a comparison uses one precision for every machine, never a fallback)."""
+    from labkit.validate import one_of
+
+    one_of("precision", precision, precisions)
+    if precision not in flops:
+        raise ValueError(f"{machine} has no {precision} rate (it has "
+                         f"{', '.join(flops)}): compare at one of those")
+    return flops[precision]
+
+
 @dataclass(frozen=True)
 class GPU:
     """One GPU model's data-sheet numbers (dense rates, FLOP/s; bytes; B/s; W)."""
@@ -45,10 +58,7 @@ class GPU:
 
     def peak(self, precision: str = "fp32") -> float:
         """Dense peak rate at ``precision`` (one of the keys of ``flops``)."""
-        if precision not in self.flops:
-            raise ValueError(f"precision must be one of {sorted(self.flops)} for {self.key}, "
-                             f"got {precision!r}")
-        return self.flops[precision]
+        return peak_rate(self.flops, precision, self.key)
 
     def ridge(self, precision: str = "fp32") -> float:
         """Arithmetic intensity (FLOP/byte of HBM traffic) where the roofs meet."""

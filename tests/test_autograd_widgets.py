@@ -44,6 +44,12 @@ def test_widgets_share_the_one_show():
 @pytest.mark.parametrize("call, param", [
     (lambda: twidgets.kv_cache_widget(max_seq=0), "max_seq"),
     (lambda: twidgets.kv_cache_widget(max_seq="long"), "max_seq"),
+    (lambda: twidgets.kv_cache_widget(model="GPT-5"), "model"),
+    (lambda: widgets.mode_cost_widget(n_max=100), "n_max"),
+    (lambda: widgets.graph_pass_widget(graph_pass="inline"), "graph_pass"),
+    (lambda: twidgets.precision_widget(scale=3.0), "scale"),
+    (lambda: twidgets.forgot_eval_widget(p=0.9), "p"),
+    (lambda: twidgets.leak_widget(backward="yes"), "backward"),
 ])
 def test_builders_validate_before_building(call, param):
     with pytest.raises((TypeError, ValueError), match=param):

@@ -113,19 +113,7 @@ def _backward_factory(*, overwrite=False, forward_order=False, replace_leaf=Fals
                       recursive=False):
     from labkit.autograd import Tensor, local_vjp, topological_order
 
-    def order(root):
-        if not recursive:
-            return topological_order(root)
-        out, seen = [], set()
-
-        def visit(t):
-            if id(t) not in seen:
-                seen.add(id(t))
-                for p in t._parents:
-                    visit(p)
-                out.append(t)
-        visit(root)
-        return out
+    order = _recursive_topo if recursive else topological_order
 
     def backward(loss):
         grads = {id(loss): np.ones_like(loss.data)}

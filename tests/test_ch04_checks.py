@@ -4,6 +4,7 @@ import pytest
 
 from labkit.check import FAIL, MISSING, PASS, evaluate, get, stub
 from labkit.kernels import library as lib
+from mutants import mutant
 
 
 def _stub_kernel(cuda):
@@ -21,30 +22,20 @@ def test_reference_passes_and_missing_is_missing(ex):
 
 
 def test_4_1_unguarded_kernel_gets_the_guard_hint():
-    def unguarded(cuda):
-        def kernel(a, out):
-            i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    unguarded = mutant(get("4.1").reference, """
+        if i < out.size:
             out[i] = a[i] + 10
-        return kernel
+    """, "out[i] = a[i] + 10")
     v = evaluate("4.1", unguarded)
     assert v.status == FAIL and "guard" in v.message
 
 
 def test_4_1_wrong_value_and_wasteful_reads():
-    def plus_one(cuda):
-        def kernel(a, out):
-            i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-            if i < out.size:
-                out[i] = a[i] + 1
-        return kernel
-
-    def reads_twice(cuda):
-        def kernel(a, out):
-            i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-            if i < out.size:
-                out[i] = a[i] + 5
-                out[i] = a[i] + 10
-        return kernel
+    plus_one = mutant(get("4.1").reference, "out[i] = a[i] + 10", "out[i] = a[i] + 1")
+    reads_twice = mutant(get("4.1").reference, "out[i] = a[i] + 10", """
+        out[i] = a[i] + 5
+        out[i] = a[i] + 10
+    """)
     assert evaluate("4.1", plus_one).status == FAIL
     v = evaluate("4.1", reads_twice)
     assert v.status == FAIL and "budget" in v.message
@@ -72,15 +63,9 @@ def test_4_2_uncoalesced_but_correct_kernel_fails_the_budget():
     assert v.status == FAIL and "coalesced" in v.message
 
 
-def test_4_3_swapped_broadcast_fails():
-    def swapped(cuda):
-        def kernel(col, row, out):
-            c = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-            r = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
-            if r < out.shape[0] and c < out.shape[1]:
-                out[r, c] = col[r] - row[c]
-        return kernel
-    assert evaluate("4.3", swapped).status == FAIL
+def test_4_3_broadcast_with_the_wrong_sign_fails():
+    subtracted = mutant(get("4.3").reference, "col[r] + row[c]", "col[r] - row[c]")
+    assert evaluate("4.3", subtracted).status == FAIL
 
 
 def test_4_4_naive_convolution_is_over_budget():
@@ -89,22 +74,15 @@ def test_4_4_naive_convolution_is_over_budget():
 
 
 def test_4_4_missing_halo_is_wrong():
-    def no_halo(cuda):
-        def kernel(a, w, out):
-            tile = cuda.shared.array(36, cuda.float32)
-            t = cuda.threadIdx.x
-            i = cuda.blockIdx.x * 32 + t
-            tile[t + 2] = a[i] if i < a.size else 0.0
-            if t < 2:
-                tile[t] = 0.0
-                tile[t + 34] = 0.0
-            cuda.syncthreads()
-            if i < out.size:
-                acc = 0.0
-                for k in range(5):
-                    acc += w[k] * tile[t + k]
-                out[i] = acc
-        return kernel
+    no_halo = mutant(get("4.4").reference, """
+        left = i - radius
+        tile[t] = a[left] if left >= 0 else 0.0
+        right = i + block
+        tile[t + block + radius] = a[right] if right < a.size else 0.0
+    """, """
+        tile[t] = 0.0                       # the halo zeroed, not loaded
+        tile[t + block + radius] = 0.0
+    """)
     v = evaluate("4.4", no_halo)
     assert v.status == FAIL and "halo" in v.message
 

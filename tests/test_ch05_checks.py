@@ -4,6 +4,7 @@ import pytest
 
 from labkit.check import FAIL, MISSING, PASS, evaluate, get
 from labkit.kernels import library as lib
+from mutants import mutant
 
 
 def _stub_kernel(cuda):
@@ -27,66 +28,57 @@ def test_5_1_conflicting_and_divergent_trees():
     assert v.status == FAIL and "SIMT efficiency" in v.message
 
 
+REDUCE = get("5.1").reference           # lib.reduce_shared(64)
+
+
 def test_5_1_thread_zero_serial_loop_fails():
-    def serial(cuda):
-        def kernel(a, out):
-            buf = cuda.shared.array(64, cuda.float32)
-            t = cuda.threadIdx.x
-            i = cuda.blockIdx.x * 64 + t
-            buf[t] = a[i] if i < a.size else 0.0
-            cuda.syncthreads()
-            if t == 0:
-                total = 0.0
-                for k in range(64):
-                    total += buf[k]
-                out[cuda.blockIdx.x] = total
-        return kernel
+    serial = mutant(REDUCE, "s = block // 2", """
+        if t == 0:                  # thread 0 adds the block in a loop, no barrier ...
+            for k in range(1, block):
+                buf[0] += buf[k]
+        s = 0                       # ... and the tree loop never runs
+    """)
     v = evaluate("5.1", serial)
-    assert v.status == FAIL and "tree levels" in v.message
+    assert v.status == FAIL and "tree levels" in v.message, v.message
 
 
 def test_5_1_serial_loop_with_barriers_fails_on_divergence():
-    def serial_synced(cuda):
-        def kernel(a, out):
-            buf = cuda.shared.array(64, cuda.float32)
-            t = cuda.threadIdx.x
-            i = cuda.blockIdx.x * 64 + t
-            buf[t] = a[i] if i < a.size else 0.0
-            cuda.syncthreads()
-            s = 32
-            while s > 0:               # log2(64) barriers, but thread 0 does all the work
-                if t == 0:
-                    for k in range(1, 2 * s):
-                        if k < 2 * s and s == 32:
-                            buf[0] += buf[k]
-                cuda.syncthreads()
-                s //= 2
-            if t == 0:
-                out[cuda.blockIdx.x] = buf[0]
-        return kernel
+    # log2(64) barriers, but thread 0 does every level's additions
+    serial_synced = mutant(REDUCE, """
+        if t < s:
+            buf[t] += buf[t + s]
+    """, """
+        if t == 0:
+            for k in range(s):
+                buf[k] += buf[k + s]
+    """)
     v = evaluate("5.1", serial_synced)
     assert v.status == FAIL and "SIMT efficiency" in v.message, v.message
 
 
-def test_5_1_missing_sync_or_padding_is_wrong():
-    def no_padding(cuda):
-        def kernel(a, out):
-            buf = cuda.shared.array(64, cuda.float32)
-            t = cuda.threadIdx.x
-            i = cuda.blockIdx.x * 64 + t
-            if i < a.size:
-                buf[t] = a[i]
-            cuda.syncthreads()
-            s = 32
-            while s > 0:
-                if t < s and i + s < a.size:
-                    buf[t] += buf[t + s]
-                cuda.syncthreads()
-                s //= 2
-            if t == 0:
-                out[cuda.blockIdx.x] = buf[0] * 2
-        return kernel
-    assert evaluate("5.1", no_padding).status == FAIL
+@pytest.mark.parametrize("old, new, hint", [
+    pytest.param("""
+            buf[t] += buf[t + s]
+        cuda.syncthreads()
+    """, """
+            buf[t] += buf[t + s]
+    """, "tree levels", id="no-barrier-per-level"),
+    pytest.param("""
+        buf[t] = a[i] if i < a.size else 0.0
+        cuda.syncthreads()
+    """, """
+        buf[t] = a[i] if i < a.size else 0.0
+    """, "syncthreads", id="no-barrier-after-load"),
+    # The tracer's shared memory starts poisoned (NaN), as a GPU's starts with garbage: the
+    # lanes past the end add NaN, so the values are wrong, not just the SIMT efficiency.
+    pytest.param("buf[t] = a[i] if i < a.size else 0.0", """
+        if i < a.size:
+            buf[t] = a[i]
+    """, "off by up to nan", id="no-zero-padding"),
+])
+def test_5_1_missing_sync_or_padding_is_wrong(old, new, hint):
+    v = evaluate("5.1", mutant(REDUCE, old, new))
+    assert v.status == FAIL and hint in v.message, v.message
 
 
 def test_5_2_untiled_matmul_is_over_budget():
@@ -123,43 +115,21 @@ def test_5_3_three_pass_softmax_is_over_budget():
 
 def test_5_3_three_passes_through_out_count_every_access():
     # reads x only twice, but stores exp into out and reads it back: 3 reads, 2 writes
-    def exp_in_out(cuda):
-        import math
-
-        def kernel(x, out):
-            r = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-            if r < x.shape[0]:
-                m = -math.inf
-                for c in range(x.shape[1]):
-                    m = max(m, x[r, c])
-                d = 0.0
-                for c in range(x.shape[1]):
-                    e = math.exp(x[r, c] - m)
-                    out[r, c] = e
-                    d += e
-                for c in range(x.shape[1]):
-                    out[r, c] = out[r, c] / d
-        return kernel
+    exp_in_out = mutant(
+        mutant(lib.softmax_rows_naive, "d += math.exp(x[r, c] - m)", """
+            e = math.exp(x[r, c] - m)
+            out[r, c] = e
+            d += e
+        """),
+        "out[r, c] = math.exp(x[r, c] - m) / d", "out[r, c] = out[r, c] / d")
     v = evaluate("5.3", exp_in_out)
     assert v.status == FAIL and "global reads" in v.message and "global writes" in v.message
 
 
 def test_5_3_no_rescale_is_wrong():
-    def no_rescale(cuda):
-        import math
-
-        def kernel(x, out):
-            r = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-            if r < x.shape[0]:
-                m = -math.inf
-                d = 0.0
-                for c in range(x.shape[1]):
-                    v = x[r, c]
-                    m = max(m, v)
-                    d += math.exp(v - m)
-                for c in range(x.shape[1]):
-                    out[r, c] = math.exp(x[r, c] - m) / d
-        return kernel
+    no_rescale = mutant(get("5.3").reference,   # lib.softmax_rows_online
+                        "d = d * math.exp(m - m_new) + math.exp(v - m_new)",
+                        "d = d + math.exp(v - m_new)")
     v = evaluate("5.3", no_rescale)
     assert v.status == FAIL and "exp(m - m')" in v.message
 
@@ -181,48 +151,23 @@ def test_5_5_scan_reference_passes_and_missing_is_missing():
     assert evaluate("5.5", _stub_kernel).status == MISSING
 
 
-def _scan(variant):
-    def factory(cuda):
-        def kernel(a, out, sums):
-            buf = cuda.shared.array((2, 64), cuda.float32)
-            t = cuda.threadIdx.x
-            i = cuda.blockIdx.x * 64 + t
-            buf[0, t] = a[i] if i < a.size else 0.0
-            cuda.syncthreads()
-            src = 0
-            if variant == "serial":
-                if t == 0:
-                    acc = 0.0
-                    for k in range(64):
-                        acc += buf[0, k]
-                        buf[1, k] = acc
-                cuda.syncthreads()
-                src = 1
-            else:
-                d = 1
-                while d < 64:
-                    v = buf[src, t]
-                    if (t > d) if variant == "off_by_one" else (t >= d):
-                        v += buf[src, t - d]
-                    buf[1 - src, t] = v
-                    cuda.syncthreads()
-                    src = 1 - src
-                    d *= 2
-            if i < out.size:
-                out[i] = buf[src, t]
-            if t == 63:
-                sums[cuda.blockIdx.x] = buf[src, t]
-        return kernel
-    return factory
+SCAN = get("5.5").reference              # lib.scan_block(64)
 
 
 def test_5_5_thread_zero_serial_scan_fails():
-    v = evaluate("5.5", _scan("serial"))
-    assert v.status == FAIL and "serial scan" in v.message
+    serial = mutant(SCAN, "d = 1", """
+        if t == 0:                  # thread 0 scans the block in a loop ...
+            for k in range(1, block):
+                buf[0, k] += buf[0, k - 1]
+        cuda.syncthreads()
+        d = block                   # ... and the Hillis-Steele steps never run
+    """)
+    v = evaluate("5.5", serial)
+    assert v.status == FAIL and "serial scan" in v.message, v.message
 
 
 def test_5_5_off_by_one_is_wrong():
-    v = evaluate("5.5", _scan("off_by_one"))
+    v = evaluate("5.5", mutant(SCAN, "if t >= d:", "if t > d:"))
     assert v.status == FAIL and "t >= d" in v.message
 
 

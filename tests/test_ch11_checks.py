@@ -6,6 +6,7 @@ import pytest
 from labkit.check import FAIL, MISSING, PASS, evaluate, get
 from labkit.check import ch11
 from labkit.cluster.stragglers import harmonic
+from mutants import mutant
 
 
 @pytest.mark.parametrize("ex", ["11.1", "11.2", "11.3", "11.4", "11.5"])
@@ -19,63 +20,26 @@ def _fits_now(now, free, running, head, g, est):
     return g <= free
 
 
-def _only_before_shadow(now, free, running, head, g, est):
-    if g > free:
-        return False
-    avail = free
-    for end, x in sorted(running):
-        avail += x
-        if avail >= head:
-            return now + est <= end
-    return False
-
-
-def _extra_without_releases(now, free, running, head, g, est):
-    if g > free:
-        return False
-    avail, shadow = free, now
-    for end, x in sorted(running):
-        avail += x
-        if avail >= head:
-            shadow = end
-            break
-    return now + est <= shadow or g <= free - head     # forgot the GPUs given back
-
-
-def _unsorted(now, free, running, head, g, est):
-    if g > free:
-        return False
-    avail, shadow = free, now
-    for end, x in running:                           # in list order, not by end time
-        avail += x
-        if avail >= head:
-            shadow = end
-            break
-    return now + est <= shadow or g <= avail - head
-
-
-def _strict_shadow(now, free, running, head, g, est):
-    if g > free:
-        return False
-    avail, shadow = free, now
-    for end, x in sorted(running):
-        avail += x
-        if avail >= head:
-            shadow = end
-            break
-    return now + est < shadow or g <= avail - head
-
-
 @pytest.mark.parametrize("wrong, hint", [
     (_fits_now, "Fitting now is not enough"),
-    (_only_before_shadow, "extra"),
-    (_extra_without_releases, "extra"),
-    (_unsorted, "shadow"),
-    (_strict_shadow, "no later than"),
     (lambda *a: 1, "True or False"),
 ])
 def test_11_1_rejects(wrong, hint):
     v = evaluate("11.1", wrong)
+    assert v.status == FAIL and hint in v.message, v.message
+
+
+@pytest.mark.parametrize("old, new, hint", [
+    pytest.param(" or job_gpus <= extra", "", "extra", id="extra-gpus-forgotten"),
+    pytest.param("extra = avail - head_gpus", "extra = free_gpus - head_gpus", "extra",
+                 id="extra-without-the-gpus-given-back"),
+    pytest.param("for end, g in sorted(running):", "for end, g in running:", "shadow",
+                 id="running-in-list-order"),
+    pytest.param("now + job_estimate <= shadow", "now + job_estimate < shadow",
+                 "no later than", id="strict-shadow"),
+])
+def test_11_1_rejects_the_reference_with_one_change(old, new, hint):
+    v = evaluate("11.1", mutant(get("11.1").reference, old, new))
     assert v.status == FAIL and hint in v.message, v.message
 
 

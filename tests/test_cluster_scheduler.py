@@ -37,31 +37,22 @@ def test_easy_backfills_a_job_that_ends_before_the_reservation():
     assert r.reservations[1] == 10            # B's shadow time: when A ends
 
 
-def test_easy_refuses_a_job_that_would_delay_the_head():
-    jobs = [J(0, 0, 3, 10), J(1, 1, 4, 5), J(2, 2, 1, 9)]   # C would end at 11 > 10
-    r = simulate(jobs, POOL4, "easy")
-    assert list(r.start) == [0, 10, 15]
-
-
-def test_easy_uses_extra_gpus():
-    # A: 2 GPUs × 10 s; B: 3 GPUs (head at t=1, shadow 10, 4 free then: 1 extra);
-    # C: 1 GPU × 100 s may start at t=2 on the extra GPU; D: 1 GPU × 100 s may not.
-    jobs = [J(0, 0, 2, 10), J(1, 1, 3, 5), J(2, 2, 1, 100), J(3, 3, 1, 100)]
-    r = simulate(jobs, POOL4, "easy")
-    assert list(r.start) == [0, 10, 2, 15]
-
-
-def test_easy_uses_estimates_not_true_durations():
+@pytest.mark.parametrize("jobs, policy, starts", [
+    # C would end at 11, after B's reservation at 10
+    pytest.param([J(0, 0, 3, 10), J(1, 1, 4, 5), J(2, 2, 1, 9)], "easy", [0, 10, 15],
+                 id="easy-refuses-a-job-that-would-delay-the-head"),
+    # A: 2 GPUs x 10 s; B: 3 GPUs (head at t=1, shadow 10, 4 free then: 1 extra);
+    # C: 1 GPU x 100 s may start at t=2 on the extra GPU; D: 1 GPU x 100 s may not.
+    pytest.param([J(0, 0, 2, 10), J(1, 1, 3, 5), J(2, 2, 1, 100), J(3, 3, 1, 100)], "easy",
+                 [0, 10, 2, 15], id="easy-uses-extra-gpus"),
     # C really runs 3 s but declared 20 s: it would run past the shadow (10), so it waits.
-    jobs = [J(0, 0, 3, 10), J(1, 1, 4, 5), J(2, 2, 1, 3, estimate=20)]
-    r = simulate(jobs, POOL4, "easy")
-    assert list(r.start) == [0, 10, 15]
-
-
-def test_sjf_orders_by_declared_length():
-    jobs = [J(0, 0, 4, 10), J(1, 1, 4, 8), J(2, 1, 4, 2), J(3, 1, 4, 5)]
-    r = simulate(jobs, POOL4, "sjf")
-    assert list(r.start) == [0, 17, 10, 12]
+    pytest.param([J(0, 0, 3, 10), J(1, 1, 4, 5), J(2, 2, 1, 3, estimate=20)], "easy",
+                 [0, 10, 15], id="easy-uses-estimates-not-true-durations"),
+    pytest.param([J(0, 0, 4, 10), J(1, 1, 4, 8), J(2, 1, 4, 2), J(3, 1, 4, 5)], "sjf",
+                 [0, 17, 10, 12], id="sjf-orders-by-declared-length"),
+])
+def test_hand_worked_start_times(jobs, policy, starts):
+    assert list(simulate(jobs, POOL4, policy).start) == starts
 
 
 def test_priority_preempts_and_resumes_remaining_work():

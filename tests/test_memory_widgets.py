@@ -3,19 +3,16 @@
 ``interactive`` runs its function when built and on every control change; the tests read
 the printed output of those runs."""
 import matplotlib
-import pytest
 
 from labkit.memory import plots, widgets
 from labkit.memory.constants import MiB
-from widget_checks import first_slider_changes_output
+from widget_checks import first_slider_test
 
 matplotlib.use("Agg")
 
 
-@pytest.mark.parametrize("name", ["walkthrough_widget", "budget_widget", "activation_widget"])
-def test_first_slider_changes_output(name, capsys):
-    w = getattr(widgets, name)()
-    first_slider_changes_output(w, capsys, steps=4)
+test_first_slider_changes_output = first_slider_test(
+    widgets, ["walkthrough_widget", "budget_widget", "activation_widget"], steps=4)
 
 
 def test_walkthrough_numbers(capsys):

@@ -4,15 +4,13 @@ import matplotlib
 import pytest
 
 from labkit.parallel import mp_widgets
-from widget_checks import first_slider_changes_output
+from widget_checks import first_slider_test
 
 matplotlib.use("Agg")
 
 
-@pytest.mark.parametrize("name", ["schedule_widget", "zero_widget", "planner_widget"])
-def test_first_slider_changes_output(name, capsys):
-    w = getattr(mp_widgets, name)()
-    first_slider_changes_output(w, capsys, steps=2)
+test_first_slider_changes_output = first_slider_test(
+    mp_widgets, ["schedule_widget", "zero_widget", "planner_widget"], steps=2)
 
 
 def test_schedule_numbers(capsys):

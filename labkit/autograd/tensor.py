@@ -100,6 +100,32 @@ def _as_array(data, dtype=None, name: str = "data") -> np.ndarray:
     return arr
 
 
+def _binary(op: str, name: str | None = None):
+    """The overloads ``__name__`` (x op y) and ``__rname__`` (y op x, which Python calls
+    when the left operand, a number or an array, does not know the Tensor); ``name``
+    defaults to ``op``."""
+    name = name or op
+
+    def forward(self, o):
+        return self._apply(op, self, o)
+
+    def reflected(self, o):
+        return self._apply(op, o, self)
+
+    for method, dunder in ((forward, f"__{name}__"), (reflected, f"__r{name}__")):
+        method.__name__, method.__qualname__ = dunder, f"OpsMixin.{dunder}"
+    return forward, reflected
+
+
+def _reduction(op: str):
+    """A method reducing over ``axis`` (None: all), keeping reduced axes if ``keepdims``."""
+    def method(self, axis=None, keepdims=False):
+        return self._apply(op, self, axis=_axis(axis), keepdims=bool(keepdims))
+
+    method.__name__, method.__qualname__ = op, f"OpsMixin.{op}"
+    return method
+
+
 class OpsMixin:
     """Operator overloads shared by :class:`Tensor` and forward mode's ``Dual``.
 
@@ -108,18 +134,13 @@ class OpsMixin:
     __slots__ = ()
     __array_ufunc__ = None  # numpy array (op) Tensor defers to our reflected operators
 
-    def __add__(self, o): return self._apply("add", self, o)
-    def __radd__(self, o): return self._apply("add", o, self)
-    def __sub__(self, o): return self._apply("sub", self, o)
-    def __rsub__(self, o): return self._apply("sub", o, self)
-    def __mul__(self, o): return self._apply("mul", self, o)
-    def __rmul__(self, o): return self._apply("mul", o, self)
-    def __truediv__(self, o): return self._apply("div", self, o)
-    def __rtruediv__(self, o): return self._apply("div", o, self)
-    def __pow__(self, o): return self._apply("pow", self, o)
-    def __rpow__(self, o): return self._apply("pow", o, self)
-    def __matmul__(self, o): return self._apply("matmul", self, o)
-    def __rmatmul__(self, o): return self._apply("matmul", o, self)
+    __add__, __radd__ = _binary("add")
+    __sub__, __rsub__ = _binary("sub")
+    __mul__, __rmul__ = _binary("mul")
+    __truediv__, __rtruediv__ = _binary("div", "truediv")
+    __pow__, __rpow__ = _binary("pow")
+    __matmul__, __rmatmul__ = _binary("matmul")
+
     def __neg__(self): return self._apply("neg", self)
     def __getitem__(self, index): return self._apply("getitem", self, index=_freeze(index))
 
@@ -129,14 +150,7 @@ class OpsMixin:
     def sigmoid(self): return self._apply("sigmoid", self)
     def relu(self): return self._apply("relu", self)
 
-    def sum(self, axis=None, keepdims=False):
-        return self._apply("sum", self, axis=_axis(axis), keepdims=bool(keepdims))
-
-    def mean(self, axis=None, keepdims=False):
-        return self._apply("mean", self, axis=_axis(axis), keepdims=bool(keepdims))
-
-    def max(self, axis=None, keepdims=False):
-        return self._apply("max", self, axis=_axis(axis), keepdims=bool(keepdims))
+    sum, mean, max = _reduction("sum"), _reduction("mean"), _reduction("max")
 
     def reshape(self, *shape):
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):

@@ -11,6 +11,7 @@ import numpy as np
 
 from labkit.check.ch04 import _budget, _rng, _run
 from labkit.check.core import Wrong, exercise, expect_close
+from labkit.check.formula import equals, formula_exercise
 from labkit.kernels import library as lib
 from labkit.kernels.analysis import element_counts, summarize
 from labkit.kernels.models import matmul_traffic
@@ -21,18 +22,44 @@ TILE = 8
 LEVELS = int(math.log2(BLOCK))
 
 
+def _block_inputs(sizes, seed0: int, shift: float):
+    """The inputs of the one-block-per-BLOCK-elements kernels (5.1, 5.5): per size n, a
+    seeded float32 array ``a`` (mean ``shift``), its number of blocks, and ``a`` padded
+    with zeros to whole blocks, shaped (blocks, BLOCK) — what the threads past the end see."""
+    for seed, n in enumerate(sizes):
+        a = (_rng(seed0 + seed).standard_normal(n) + shift).astype(np.float32)
+        blocks = cdiv(n, BLOCK)
+        padded = np.zeros((blocks, BLOCK), dtype=np.float32)
+        padded.flat[:n] = a
+        yield a, blocks, padded
+
+
+def _expect_log_steps(trace, summary, reference_trace, blocks: int, *, algorithm: str,
+                      steps: str, serial: str, reference: str, divergent: str) -> None:
+    """Raise Wrong unless a right-valued block kernel works in parallel like its reference:
+    every thread passes log2(BLOCK) barriers after the load (one thread looping over the
+    block passes one), and its SIMT efficiency reaches the reference's (a loop in thread 0
+    behind log2(BLOCK) barriers does not). ``steps`` names what the barriers separate in
+    the ``algorithm``; ``serial`` and ``divergent`` are the two hints."""
+    levels = trace.syncs / (blocks * BLOCK) - 1      # barriers per thread after the load
+    if levels < LEVELS:
+        raise Wrong(f"right values, but each thread passed {max(levels, 0):.0f} {steps} behind "
+                    f"cuda.syncthreads() (a {algorithm} of {BLOCK} values needs log2({BLOCK}) "
+                    f"= {LEVELS}): {serial}")
+    ref = summarize(reference_trace)
+    if summary.simt_efficiency < ref.simt_efficiency - 1e-9:
+        raise Wrong(f"right values, but SIMT efficiency is {summary.simt_efficiency:.0%} "
+                    f"({reference} reaches {ref.simt_efficiency:.0%}): {divergent}")
+
+
 @exercise("5.1", "a shared-memory tree reduction", reference=lib.reduce_shared(BLOCK),
           binds="reduce_block")
 def _(answer):
-    for seed, n in enumerate((1, 63, 200)):
-        a = (_rng(seed + 30).standard_normal(n) + 0.5).astype(np.float32)
-        blocks = cdiv(n, BLOCK)
+    for a, blocks, padded in _block_inputs((1, 63, 200), seed0=30, shift=0.5):
+        n = a.size
         out = np.zeros(blocks, dtype=np.float32)
         trace = _run(answer, blocks, BLOCK, a, out)
-        padded = np.zeros(blocks * BLOCK, dtype=np.float32)
-        padded[:n] = a
-        want = padded.reshape(blocks, BLOCK).sum(axis=1)
-        expect_close(out, want, f"partial sums for n={n}", rtol=1e-4, atol=1e-4,
+        expect_close(out, padded.sum(axis=1), f"partial sums for n={n}", rtol=1e-4, atol=1e-4,
                      hint="out[blockIdx.x] is the sum of that block's elements; threads "
                      "past the end contribute 0; call cuda.syncthreads() after each step")
         summary = _budget(trace, "Load each element once; halve the number of active "
@@ -40,20 +67,15 @@ def _(answer):
                           "read consecutive words.", max_global_reads=n,
                           max_global_writes=blocks, max_conflict_ways=1,
                           max_shared_reads=blocks * 2 * BLOCK)
-        levels = trace.syncs / (blocks * BLOCK) - 1      # barriers per thread after the load
-        if levels < LEVELS:
-            raise Wrong(f"right values, but each thread passed {max(levels, 0):.0f} tree "
-                        f"levels behind cuda.syncthreads() (a tree over {BLOCK} values has "
-                        f"log2({BLOCK}) = {LEVELS}): halve the active threads each step and "
-                        "synchronise after every step — one thread adding in a loop is a "
-                        "serial sum.")
-        ref = summarize(_run(lib.reduce_shared(BLOCK), blocks, BLOCK, a,
-                             np.zeros(blocks, dtype=np.float32)))
-        if summary.simt_efficiency < ref.simt_efficiency - 1e-9:
-            raise Wrong(f"right values, but SIMT efficiency is {summary.simt_efficiency:.0%} "
-                        f"(the sequential tree reaches {ref.simt_efficiency:.0%}): the active "
-                        "lanes are scattered over the warps (divergence). Keep them "
-                        "contiguous with `if t < s:` and s = BLOCK/2, BLOCK/4, ...")
+        _expect_log_steps(
+            trace, summary, _run(lib.reduce_shared(BLOCK), blocks, BLOCK, a,
+                                 np.zeros(blocks, dtype=np.float32)), blocks,
+            algorithm="tree", steps="tree levels",
+            serial="halve the active threads each step and synchronise after every step — "
+                   "one thread adding in a loop is a serial sum.",
+            reference="the sequential tree",
+            divergent="the active lanes are scattered over the warps (divergence). Keep them "
+                      "contiguous with `if t < s:` and s = BLOCK/2, BLOCK/4, ...")
 
 
 @exercise("5.2", "a shared-memory tiled matmul", reference=lib.matmul_tiled(TILE),
@@ -109,23 +131,19 @@ def tiled_intensity(n: int, tile: int) -> float:
     return 2 * n ** 3 / (4 * (2 * n * n * t + n * n))
 
 
-@exercise("5.4", "arithmetic intensity of the tiled matmul", reference=tiled_intensity,
-          binds="tiled_intensity")
-def _(answer):
-    for n, tile in [(1024, 16), (1024, 32), (100, 16), (7, 8), (4096, 64)]:
-        got = answer(n, tile)
-        want = tiled_intensity(n, tile)
-        if np.isclose(got, want * 4, rtol=1e-6):
-            raise Wrong(f"tiled_intensity({n}, {tile}) = {got:.4g}: count bytes, not "
-                        "elements (float32 is 4 bytes).")
-        naive = 2 * n ** 3 / (4 * (2 * n ** 3 + n * n))
-        if np.isclose(got, naive, rtol=1e-6):
-            raise Wrong(f"tiled_intensity({n}, {tile}) = {got:.4g} is the naive kernel's: "
-                        "with tiles each element of a and b is read ceil(n / tile) times.")
-        expect_close(got, want, f"tiled_intensity({n}, {tile})", rtol=1e-6,
-                     hint="count the FLOPs of the product, then the tiled kernel's global "
-                     "loads (how many times is each element of a and of b loaded, also when "
-                     "tile does not divide n?) and its stores, 4 bytes each")
+formula_exercise(
+    "5.4", "arithmetic intensity of the tiled matmul", tiled_intensity,
+    cases=[(1024, 16), (1024, 32), (100, 16), (7, 8), (4096, 64)],
+    call=lambda n, tile: f"tiled_intensity({n}, {tile})", rtol=1e-6, atol=1e-8,
+    shortcuts=[
+        (equals(lambda n, tile: 4 * tiled_intensity(n, tile), rtol=1e-6),
+         "count bytes, not elements (float32 is 4 bytes)."),
+        (equals(lambda n, tile: 2 * n ** 3 / (4 * (2 * n ** 3 + n * n)), rtol=1e-6),
+         "that is the naive kernel's: with tiles each element of a and b is read "
+         "ceil(n / tile) times.")],
+    hint="count the FLOPs of the product, then the tiled kernel's global loads (how many "
+         "times is each element of a and of b loaded, also when tile does not divide n?) and "
+         "its stores, 4 bytes each.")
 
 
 # ---- 5.5 a block scan --------------------------------------------------------------------
@@ -133,17 +151,13 @@ def _(answer):
 @exercise("5.5", "an inclusive block scan (Hillis-Steele)", reference=lib.scan_block(BLOCK),
           binds="scan_block")
 def _(answer):
-    for seed, n in enumerate((150, 64, 1)):
-        a = (_rng(seed + 70).standard_normal(n) + 0.25).astype(np.float32)
-        blocks = cdiv(n, BLOCK)
+    for a, blocks, padded in _block_inputs((150, 64, 1), seed0=70, shift=0.25):
+        n = a.size
         out = np.zeros_like(a)
         sums = np.zeros(blocks, dtype=np.float32)
         trace = _run(answer, blocks, BLOCK, a, out, sums)
-        padded = np.zeros(blocks * BLOCK, dtype=np.float32)
-        padded[:n] = a
-        want = np.cumsum(padded.reshape(blocks, BLOCK), axis=1)
-        if np.allclose(out, (want - padded.reshape(blocks, BLOCK)).reshape(-1)[:n],
-                                 atol=1e-4):
+        want = np.cumsum(padded, axis=1)
+        if np.allclose(out, (want - padded).reshape(-1)[:n], atol=1e-4):
             raise Wrong("out is the exclusive scan (out[i] leaves a[i] out): the inclusive "
                         "scan adds a[i] too.")
         expect_close(out, want.reshape(-1)[:n], f"out for n={n}", rtol=1e-4, atol=1e-4,
@@ -154,15 +168,11 @@ def _(answer):
                      "sums[blockIdx.x]")
         summary = _budget(trace, "Load each element once and write out once.",
                           max_global_reads=n, max_global_writes=n + blocks)
-        levels = trace.syncs / (blocks * BLOCK) - 1
-        if levels < LEVELS:
-            raise Wrong(f"right values, but each thread passed {max(levels, 0):.0f} steps "
-                        f"behind cuda.syncthreads() (a scan of {BLOCK} values takes "
-                        f"log2({BLOCK}) = {LEVELS} steps): every thread adds in every step "
-                        "— one thread looping over the block is a serial scan.")
-        ref = summarize(_run(lib.scan_block(BLOCK), blocks, BLOCK, a, np.zeros_like(a),
-                             np.zeros(blocks, dtype=np.float32)))
-        if summary.simt_efficiency < ref.simt_efficiency - 1e-9:
-            raise Wrong(f"right values, but SIMT efficiency is {summary.simt_efficiency:.0%} "
-                        f"(the reference reaches {ref.simt_efficiency:.0%}): most lanes sit "
-                        "idle while a few work.")
+        _expect_log_steps(
+            trace, summary, _run(lib.scan_block(BLOCK), blocks, BLOCK, a, np.zeros_like(a),
+                                 np.zeros(blocks, dtype=np.float32)), blocks,
+            algorithm="scan", steps="steps",
+            serial="every thread adds in every step — one thread looping over the block is a "
+                   "serial scan.",
+            reference="the reference",
+            divergent="most lanes sit idle while a few work.")

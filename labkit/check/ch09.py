@@ -6,6 +6,7 @@ from collections import Counter
 import numpy as np
 
 from labkit.check.core import Wrong, exercise, expect_close
+from labkit.check.formula import equals, formula_exercise
 from labkit.parallel.collectives import reduce_scatter
 from labkit.parallel.compression import topk_compress
 from labkit.parallel.cost import collective_time
@@ -77,27 +78,19 @@ def _(answer):
                             f"rank r ends with chunk r.")
 
 
-@exercise("9.2", "ring all-reduce time (seed exercise 4)", reference=ring_allreduce_time,
-          binds="ring_allreduce_time")
-def _(answer):
-    cases = [(4e8, 8, 5e-6, 1 / 150e9), (1e3, 8, 5e-6, 1 / 150e9), (1e6, 2, 2e-5, 1e-9),
-             (12345.0, 3, 1e-4, 3e-10), (1e9, 64, 1e-5, 1 / 25e9), (1e6, 1, 1e-5, 1e-9)]
-    for n, p, a, b in cases:
-        got = answer(n, p, a, b)
-        want = ring_allreduce_time(n, p, a, b)
-        if p == 1:
-            if not np.isclose(got, 0.0):
-                raise Wrong(f"with world=1 nothing is sent: the time is 0, you gave {got}.")
-            continue
-        if np.isclose(got, want, rtol=1e-6, atol=0):
-            continue
-        if np.isclose(got, 2 * (p - 1) * a + 2 * (p - 1) * n * b):
-            raise Wrong(f"ring_allreduce_time({n:g}, {p}, ...) = {got:.4g}: each message "
-                        f"carries n/p bytes, not n.")
-        if np.isclose(got, (p - 1) * a + (p - 1) / p * n * b):
-            raise Wrong("that is only the reduce-scatter; the all-gather costs as much again.")
-        expect_close(got, want, f"ring_allreduce_time({n:g}, {p}, {a:g}, {b:.3g})", rtol=1e-6,
-                     atol=0, hint="T = 2(p-1)·α + 2(p-1)/p·n·β (Patarasuk and Yuan 2009).")
+formula_exercise(
+    "9.2", "ring all-reduce time (seed exercise 4)", ring_allreduce_time,
+    cases=[(4e8, 8, 5e-6, 1 / 150e9), (1e3, 8, 5e-6, 1 / 150e9), (1e6, 2, 2e-5, 1e-9),
+           (12345.0, 3, 1e-4, 3e-10), (1e9, 64, 1e-5, 1 / 25e9), (1e6, 1, 1e-5, 1e-9)],
+    call=lambda n, p, a, b: f"ring_allreduce_time({n:g}, {p}, {a:g}, {b:.3g})",
+    rtol=1e-6, atol=1e-12,        # world=1 takes 0 s; a picosecond is "0"
+    shortcuts=[
+        (lambda got, n, p, a, b: p == 1, "with world=1 nothing is sent: the time is 0."),
+        (equals(lambda n, p, a, b: 2 * (p - 1) * a + 2 * (p - 1) * n * b),
+         "each message carries n/p bytes, not n."),
+        (equals(lambda n, p, a, b: (p - 1) * a + (p - 1) / p * n * b),
+         "that is only the reduce-scatter; the all-gather costs as much again.")],
+    hint="T = 2(p-1)·α + 2(p-1)/p·n·β (Patarasuk and Yuan 2009).")
 
 
 FIT_NOISE = 0.02          # relative noise of the timings 9.3 is checked on
@@ -119,8 +112,10 @@ def _fit_tolerance(n, t, p):
     return np.sqrt(np.diag(cov))
 
 
+@exercise("9.3", "fit α and β to all-reduce timings", reference=fit_ring_alpha_beta,
+          binds="fit_ring_alpha_beta")
 def check_fit(answer, seed: int = 3) -> None:
-    """The 9.3 checker on the timings drawn with ``seed`` (the tests sweep many seeds).
+    """The 9.3 checker, on the timings drawn with ``seed`` (the tests sweep many seeds).
 
     Noise-free timings: any least-squares line gives α, β to 1e-6. Noisy timings (2 %
     relative noise): the answer passes when it is (a) within FIT_SIGMAS standard errors of
@@ -166,12 +161,6 @@ def check_fit(answer, seed: int = 3) -> None:
             raise Wrong(f"{where}: (α, β) = ({a:.3g}, {b:.3g}), expected ≈ ({alpha:.3g}, "
                         f"{beta:.3g}). Fit t = A + B·n by least squares, then "
                         f"α = A / (2(p-1)) and β = B·p / (2(p-1)).")
-
-
-@exercise("9.3", "fit α and β to all-reduce timings", reference=fit_ring_alpha_beta,
-          binds="fit_ring_alpha_beta")
-def _(answer):
-    check_fit(answer, seed=3)
 
 
 def judge_bucket_lab(results: list, world: int = 2, steps: int = 2) -> None:

@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from labkit.check.core import Wrong, exercise, expect_close
+from labkit.check.formula import equals, formula_exercise
 from labkit.memory.estimator import activation_bytes_per_layer
 from labkit.parallel.collectives import all_reduce
 from labkit.parallel.pipeline import pipeline_schedule, stage_order
@@ -76,23 +77,19 @@ def _(answer):
 
 # ---- 10.2 ----------------------------------------------------------------------------------
 
-@exercise("10.2", "bubble fraction of the interleaved schedule", reference=interleaved_bubble,
-          binds="interleaved_bubble")
-def _(answer):
-    for p, m, v in ((4, 8, 1), (4, 8, 2), (8, 64, 4), (2, 6, 3), (8, 16, 1), (6, 12, 2)):
-        got = float(answer(p, m, v))
-        want = interleaved_bubble(p, m, v)
-        if np.isclose(got, want, rtol=1e-9):
-            continue
-        if np.isclose(got, (p - 1) / m):
-            raise Wrong(f"p={p}, m={m}, v={v}: {got:.4f} is the bubble without interleaving; "
-                        f"with v chunks per device each bubble slot lasts 1/v as long.")
-        if np.isclose(got, (p - 1) / (v * m + p - 1)) or np.isclose(got, (p - 1) / (m + p - 1)):
-            raise Wrong(f"p={p}, m={m}, v={v}: {got:.4f} is the idle share of the whole step "
-                        f"(bubble / (ideal + bubble)); the paper's bubble fraction divides "
-                        f"the bubble by the ideal time m·(t_f + t_b).")
-        expect_close(got, want, f"bubble fraction for p={p}, m={m}, v={v}", rtol=1e-9,
-                     hint="Narayanan et al. SC'21 §2.2.2: (p-1)/(v·m).")
+formula_exercise(
+    "10.2", "bubble fraction of the interleaved schedule", interleaved_bubble,
+    cases=[(4, 8, 1), (4, 8, 2), (8, 64, 4), (2, 6, 3), (8, 16, 1), (6, 12, 2)],
+    call=lambda p, m, v: f"bubble fraction for p={p}, m={m}, v={v}", rtol=1e-9, atol=1e-8,
+    shortcuts=[
+        (equals(lambda p, m, v: (p - 1) / m),
+         "that is the bubble without interleaving; with v chunks per device each bubble slot "
+         "lasts 1/v as long."),
+        (lambda got, p, m, v: any(math.isclose(got, (p - 1) / (k + p - 1), rel_tol=1e-9)
+                                  for k in (v * m, m)),
+         "that is the idle share of the whole step (bubble / (ideal + bubble)); the paper's "
+         "bubble fraction divides the bubble by the ideal time m·(t_f + t_b).")],
+    hint="Narayanan et al. SC'21 §2.2.2: (p-1)/(v·m).")
 
 
 # ---- 10.3 ----------------------------------------------------------------------------------
@@ -133,28 +130,28 @@ def _(answer):
 
 # ---- 10.4 ----------------------------------------------------------------------------------
 
-@exercise("10.4", "ZeRO-3 bytes per rank", reference=zero3_bytes, binds="zero3_bytes")
-def _(answer):
-    for psi, dp in ((7_000_000_000, 8), (175_000_000_000, 64), (1_000_003, 7), (10, 1),
-                    (1_500_000_000, 3)):
-        got = float(answer(psi, dp))
-        want = zero3_bytes(psi, dp)
-        if np.isclose(got, want, rtol=0, atol=16):
-            continue
-        if dp > 1 and np.isclose(got, 2 * psi + 14 * psi / dp, rtol=1e-6):
-            raise Wrong(f"Ψ={psi:,}, dp={dp}: that is ZeRO-2 (fp16 parameters replicated); "
-                        f"ZeRO-3 partitions the parameters too.")
-        if dp > 1 and np.isclose(got, 4 * psi + 12 * psi / dp, rtol=1e-6):
-            raise Wrong(f"Ψ={psi:,}, dp={dp}: that is ZeRO-1 (only optimizer states split).")
-        if dp > 1 and np.isclose(got, 16 * psi, rtol=1e-6):
-            raise Wrong(f"Ψ={psi:,}, dp={dp}: 16Ψ is plain data parallelism; ZeRO-3 divides "
-                        f"all model states by dp.")
-        if np.isclose(got, 12 * psi / dp, rtol=1e-6) or np.isclose(got, 8 * psi / dp, rtol=1e-6):
-            raise Wrong(f"Ψ={psi:,}, dp={dp}: count all of mixed-precision Adam's 16 bytes "
-                        f"per parameter: fp16 weights (2) + fp16 gradients (2) + fp32 master "
-                        f"weights, momentum, variance (12).")
-        expect_close(got, want, f"ZeRO-3 bytes for Ψ={psi:,}, dp={dp}", rtol=0, atol=16,
-                     hint="Rajbhandari et al. §5: (2 + 2 + 12)·Ψ / Nd.")
+def _sharded(wrong):
+    """The test "the answer is ``wrong(Ψ, dp)``", for dp > 1 only (on one rank every ZeRO
+    stage holds all 16Ψ bytes, the right answer)."""
+    return lambda got, psi, dp: dp > 1 and equals(wrong, rtol=1e-6)(got, psi, dp)
+
+
+formula_exercise(
+    "10.4", "ZeRO-3 bytes per rank", zero3_bytes,
+    cases=[(7_000_000_000, 8), (175_000_000_000, 64), (1_000_003, 7), (10, 1),
+           (1_500_000_000, 3)],
+    call=lambda psi, dp: f"ZeRO-3 bytes for Ψ={psi:,}, dp={dp}", rtol=0, atol=16,
+    shortcuts=[
+        (_sharded(lambda psi, dp: 2 * psi + 14 * psi / dp),
+         "that is ZeRO-2 (fp16 parameters replicated); ZeRO-3 partitions the parameters too."),
+        (_sharded(lambda psi, dp: 4 * psi + 12 * psi / dp),
+         "that is ZeRO-1 (only optimizer states split)."),
+        (_sharded(lambda psi, dp: 16 * psi),
+         "16Ψ is plain data parallelism; ZeRO-3 divides all model states by dp."),
+        (lambda got, psi, dp: any(math.isclose(got, k * psi / dp, rel_tol=1e-6) for k in (12, 8)),
+         "count all of mixed-precision Adam's 16 bytes per parameter: fp16 weights (2) + fp16 "
+         "gradients (2) + fp32 master weights, momentum, variance (12).")],
+    hint="Rajbhandari et al. §5: (2 + 2 + 12)·Ψ / Nd.")
 
 
 # ---- 10.5 ----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from labkit.check.core import Wrong, exercise
+from labkit.check.formula import equals, formula_exercise
 from labkit.cluster import faults, stragglers
 
 
@@ -92,99 +93,73 @@ def _(answer):
 
 # ---- 11.2 ------------------------------------------------------------------------------
 
-@exercise("11.2", "Daly's checkpoint interval", reference=daly_interval, binds="daly_interval")
-def _(answer):
-    cases = [(300.0, 86400.0), (300.0, 21600.0), (300.0, 900.0), (120.0, 8 * 3600.0),
-             (60.0, 3600.0), (7200.0, 3600.0), (30.0, 1e6)]
-    for c, m in cases:
-        got = float(answer(c, m))
-        want = daly_interval(c, m)
-        if math.isclose(got, want, rel_tol=1e-9):
-            continue
-        what = f"daly_interval(C={c:g} s, M={m:g} s) = {got:.6g}, expected {want:.6g}"
-        if c >= 2 * m:
-            raise Wrong(f"{what}: when the checkpoint takes at least 2M, Daly's interval is "
-                        f"simply M.")
-        young = math.sqrt(2 * c * m)
-        if math.isclose(got, young, rel_tol=1e-9):
-            raise Wrong(f"{what}: that is Young's first-order √(2CM); Daly adds the "
-                        f"higher-order terms and subtracts C.")
-        if math.isclose(got, want + c, rel_tol=1e-9):
-            raise Wrong(f"{what}: you forgot the final − C.")
-        if math.isclose(got, math.sqrt(c * m), rel_tol=1e-9):
-            raise Wrong(f"{what}: √(CM) misses the factor 2.")
-        raise Wrong(f"{what}: τ = √(2CM)·[1 + ⅓√(C/2M) + ⅑(C/2M)] − C for C < 2M.")
+formula_exercise(
+    "11.2", "Daly's checkpoint interval", daly_interval,
+    cases=[(300.0, 86400.0), (300.0, 21600.0), (300.0, 900.0), (120.0, 8 * 3600.0),
+           (60.0, 3600.0), (7200.0, 3600.0), (30.0, 1e6)],
+    call=lambda c, m: f"daly_interval(C={c:g} s, M={m:g} s)",
+    shortcuts=[
+        (lambda got, c, m: c >= 2 * m,
+         "when the checkpoint takes at least 2M, Daly's interval is simply M."),
+        (equals(lambda c, m: math.sqrt(2 * c * m)),
+         "that is Young's first-order √(2CM); Daly adds the higher-order terms and "
+         "subtracts C."),
+        (equals(lambda c, m: daly_interval(c, m) + c), "you forgot the final − C."),
+        (equals(lambda c, m: math.sqrt(c * m)), "√(CM) misses the factor 2.")],
+    hint="τ = √(2CM)·[1 + ⅓√(C/2M) + ⅑(C/2M)] − C for C < 2M.")
 
 
 # ---- 11.3 ------------------------------------------------------------------------------
 
-@exercise("11.3", "expected work lost to a failure", reference=expected_lost_work,
-          binds="expected_lost_work")
-def _(answer):
-    cases = [(3600.0, 8 * 3600.0), (600.0, 600.0), (7200.0, 3600.0), (60.0, 1e5),
-             (2000.0, 5000.0)]
-    for L, m in cases:
-        got = float(answer(L, m))
-        want = expected_lost_work(L, m)
-        if math.isclose(got, want, rel_tol=1e-7):
-            continue
-        what = f"expected_lost_work(L={L:g}, M={m:g}) = {got:.6g}, expected {want:.6g}"
-        if math.isclose(got, L / 2, rel_tol=1e-9):
-            raise Wrong(f"{what}: L/2 assumes the failure is uniform over the segment. With "
-                        f"exponential gaps it is likelier early: compute E[X | X < L] for "
-                        f"X ~ Exp(M) (integrate x·e^(−x/M)/M over [0, L], divide by "
-                        f"P[X < L]).")
-        if math.isclose(got, m, rel_tol=1e-9):
-            raise Wrong(f"{what}: M is the mean of X without the condition X < L.")
-        raise Wrong(f"{what}: E[X | X < L] = M − L / (e^(L/M) − 1).")
+formula_exercise(
+    "11.3", "expected work lost to a failure", expected_lost_work,
+    cases=[(3600.0, 8 * 3600.0), (600.0, 600.0), (7200.0, 3600.0), (60.0, 1e5),
+           (2000.0, 5000.0)],
+    call=lambda L, m: f"expected_lost_work(L={L:g}, M={m:g})", rtol=1e-7,
+    shortcuts=[
+        (equals(lambda L, m: L / 2),
+         "L/2 assumes the failure is uniform over the segment. With exponential gaps it is "
+         "likelier early: compute E[X | X < L] for X ~ Exp(M) (integrate x·e^(−x/M)/M over "
+         "[0, L], divide by P[X < L])."),
+        (equals(lambda L, m: m), "M is the mean of X without the condition X < L.")],
+    hint="E[X | X < L] = M − L / (e^(L/M) − 1).")
 
 
 # ---- 11.4 ------------------------------------------------------------------------------
 
-@exercise("11.4", "a straggler's slowdown", reference=straggler_step_time,
-          binds="straggler_step_time")
-def _(answer):
-    cases = [(1, 1.0, 0.1, 3.0), (8, 1.0, 0.05, 3.0), (64, 0.5, 0.02, 4.0),
-             (256, 2.0, 0.01, 2.0), (16, 1.0, 0.0, 5.0), (4, 1.0, 1.0, 2.0), (32, 1.0, 0.3, 1.0)]
-    for n, base, p, s in cases:
-        got = float(answer(n, base, p, s))
-        want = straggler_step_time(n, base, p, s)
-        if math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12):
-            continue
-        what = f"straggler_step_time(N={n}, base={base}, p={p}, slowdown={s}) = {got:.6g}, " \
-               f"expected {want:.6g}"
-        if math.isclose(got, base * (1 + (s - 1) * p), rel_tol=1e-9):
-            raise Wrong(f"{what}: that is one worker's mean time. The step waits for the "
-                        f"slowest of N workers: it is slow unless *no* worker straggles.")
-        if math.isclose(got, base * (1 + (s - 1) * min(1.0, n * p)), rel_tol=1e-9):
-            raise Wrong(f"{what}: N·p is the union bound, not the probability that at least "
-                        f"one worker straggles; use 1 − (1 − p)^N.")
-        if math.isclose(got, base * s, rel_tol=1e-9):
-            raise Wrong(f"{what}: the step is slow only when some worker straggles.")
-        raise Wrong(f"{what}: E[step] = base · (1 + (slowdown − 1)·P[some worker is slow]).")
+formula_exercise(
+    "11.4", "a straggler's slowdown", straggler_step_time,
+    cases=[(1, 1.0, 0.1, 3.0), (8, 1.0, 0.05, 3.0), (64, 0.5, 0.02, 4.0),
+           (256, 2.0, 0.01, 2.0), (16, 1.0, 0.0, 5.0), (4, 1.0, 1.0, 2.0), (32, 1.0, 0.3, 1.0)],
+    call=lambda n, base, p, s: f"straggler_step_time(N={n}, base={base}, p={p}, slowdown={s})",
+    atol=1e-12,
+    shortcuts=[
+        (equals(lambda n, base, p, s: base * (1 + (s - 1) * p)),
+         "that is one worker's mean time. The step waits for the slowest of N workers: it "
+         "is slow unless *no* worker straggles."),
+        (equals(lambda n, base, p, s: base * (1 + (s - 1) * min(1.0, n * p))),
+         "N·p is the union bound, not the probability that at least one worker straggles; "
+         "use 1 − (1 − p)^N."),
+        (equals(lambda n, base, p, s: base * s),
+         "the step is slow only when some worker straggles.")],
+    hint="E[step] = base · (1 + (slowdown − 1)·P[some worker is slow]).")
 
 
 # ---- 11.5 ------------------------------------------------------------------------------
 
-@exercise("11.5", "backup workers", reference=backup_step_time, binds="backup_step_time")
-def _(answer):
-    cases = [(1, 0, 1.0, 0.5), (8, 0, 1.0, 0.1), (8, 2, 1.0, 0.1), (32, 4, 0.5, 0.2),
-             (100, 5, 1.0, 1.0), (4, 4, 2.0, 0.3)]
-    for n, b, base, d in cases:
-        got = float(answer(n, b, base, d))
-        want = backup_step_time(n, b, base, d)
-        if math.isclose(got, want, rel_tol=1e-9):
-            continue
-        what = f"backup_step_time(N={n}, b={b}, base={base}, delay={d}) = {got:.6g}, " \
-               f"expected {want:.6g}"
-        H = stragglers.harmonic
-        if math.isclose(got, base + d * H(n), rel_tol=1e-9):
-            raise Wrong(f"{what}: base + delay·H_N is the slowest of N; with b backups the "
-                        f"step waits only for the N-th fastest of N + b.")
-        if math.isclose(got, base + d * H(n + b), rel_tol=1e-9):
-            raise Wrong(f"{what}: that is the slowest of all N + b; the b slowest are "
-                        f"dropped.")
-        if math.isclose(got, base + d * (H(n) - H(b)), rel_tol=1e-9):
-            raise Wrong(f"{what}: the N-th smallest of m = N + b exponentials has mean "
-                        f"delay·(H_m − H_(m−N)).")
-        raise Wrong(f"{what}: E = base + delay · (H_(N+b) − H_b), H_n = 1 + 1/2 + … + 1/n.")
+_H = stragglers.harmonic      # H_n = 1 + 1/2 + … + 1/n
+
+formula_exercise(
+    "11.5", "backup workers", backup_step_time,
+    cases=[(1, 0, 1.0, 0.5), (8, 0, 1.0, 0.1), (8, 2, 1.0, 0.1), (32, 4, 0.5, 0.2),
+           (100, 5, 1.0, 1.0), (4, 4, 2.0, 0.3)],
+    call=lambda n, b, base, d: f"backup_step_time(N={n}, b={b}, base={base}, delay={d})",
+    shortcuts=[
+        (equals(lambda n, b, base, d: base + d * _H(n)),
+         "base + delay·H_N is the slowest of N; with b backups the step waits only for the "
+         "N-th fastest of N + b."),
+        (equals(lambda n, b, base, d: base + d * _H(n + b)),
+         "that is the slowest of all N + b; the b slowest are dropped."),
+        (equals(lambda n, b, base, d: base + d * (_H(n) - _H(b))),
+         "the N-th smallest of m = N + b exponentials has mean delay·(H_m − H_(m−N)).")],
+    hint="E = base + delay · (H_(N+b) − H_b), H_n = 1 + 1/2 + … + 1/n.")

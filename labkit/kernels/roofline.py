@@ -37,12 +37,7 @@ class Hardware:
         return precision in self.flops
 
     def peak(self, precision: str = "fp32") -> float:
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-        if precision not in self.flops:
-            raise ValueError(f"{self.name} has no {precision} rate (it has "
-                             f"{', '.join(self.flops)}): compare at one of those")
-        return self.flops[precision]
+        return _hw.peak_rate(self.flops, precision, self.name, PRECISIONS)
 
     def ridge(self, precision: str = "fp32") -> float:
         """Intensity (FLOP/byte) where the memory roof meets the compute roof."""

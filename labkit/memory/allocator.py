@@ -42,7 +42,7 @@ pages of expandable segments).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 from labkit import validate
 from labkit.memory.config import NO_LIMIT, AllocatorConfig, make_config, parse_alloc_conf
@@ -52,21 +52,30 @@ from labkit.memory.constants import (
 )
 
 
+@dataclass(eq=False, repr=False)     # an exception: compared by identity, repr as usual
 class OutOfMemoryError(MemoryError):
     """The simulated device is out of memory. Attributes give the numbers of the message."""
+    message: str
+    _: KW_ONLY
+    requested: int                # bytes asked for
+    alloc_size: int               # bytes the failed cudaMalloc would have taken
+    capacity: int
+    device_free: int              # capacity - reserved
+    allocated: int
+    reserved: int
+    largest_free_block: int       # largest cached free block
 
-    def __init__(self, message: str, *, requested: int, alloc_size: int, capacity: int,
-                 device_free: int, allocated: int, reserved: int, largest_free_block: int):
-        super().__init__(message)
-        self.requested = requested
-        self.alloc_size = alloc_size
-        self.capacity = capacity
-        self.device_free = device_free
-        self.allocated = allocated
-        self.reserved = reserved
-        self.reserved_unallocated = reserved - allocated
-        self.largest_free_block = largest_free_block
-        self.free_but_unusable = device_free + reserved - allocated
+    def __post_init__(self):
+        super().__init__(self.message)
+
+    @property
+    def reserved_unallocated(self) -> int:
+        return self.reserved - self.allocated
+
+    @property
+    def free_but_unusable(self) -> int:
+        """Free on the device or cached, yet no use to this request."""
+        return self.device_free + self.reserved - self.allocated
 
 
 # ---- the size rules, as free functions (tests and exercises use them directly) --------
@@ -168,14 +177,12 @@ class _Pool:
         self.page = SMALL_PAGE if small else LARGE_PAGE
 
 
+@dataclass(slots=True, eq=False)
 class _Segment:
-    __slots__ = ("base", "size", "pool", "expandable")
-
-    def __init__(self, base, size, pool, expandable):
-        self.base = base
-        self.size = size
-        self.pool = pool
-        self.expandable = expandable
+    base: int
+    size: int
+    pool: _Pool
+    expandable: bool
 
 
 @dataclass(frozen=True)

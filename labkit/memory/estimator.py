@@ -49,10 +49,6 @@ def _check_int(name: str, value, low: int) -> int:
     return integer(name, value, low=low)
 
 
-def _check_choice(name: str, value, allowed: tuple) -> str:
-    return one_of(name, value, allowed)
-
-
 @dataclass(frozen=True)
 class ModelStateBytes:
     """Bytes per data-parallel rank for parameters, gradients and optimizer states."""
@@ -67,8 +63,8 @@ class ModelStateBytes:
 
 def bytes_per_param(precision: str = "fp32", optimizer: str = "adam") -> tuple[int, int, int]:
     """(parameter, gradient, optimizer-state) bytes per parameter without ZeRO."""
-    return _BYTES[(_check_choice("precision", precision, PRECISIONS),
-                   _check_choice("optimizer", optimizer, OPTIMIZERS))]
+    return _BYTES[(one_of("precision", precision, PRECISIONS),
+                   one_of("optimizer", optimizer, OPTIMIZERS))]
 
 
 def model_state_bytes(num_params: int, precision: str = "fp32", optimizer: str = "adam",
@@ -127,7 +123,7 @@ def activation_bytes_per_layer(seq: int, batch: int, hidden: int, heads: int, tp
                   (("seq", seq), ("batch", batch), ("hidden", hidden), ("heads", heads)))
     t = _check_int("tp", tp, 1)
     boolean("sequence_parallel", sequence_parallel)
-    _check_choice("recompute", recompute, RECOMPUTE)
+    one_of("recompute", recompute, RECOMPUTE)
     if h % a:
         raise ValueError(f"hidden ({h}) must be a multiple of heads ({a})")
     divides("tp", t, "heads", a)     # Megatron splits the heads over the t ranks

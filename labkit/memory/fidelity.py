@@ -78,6 +78,29 @@ def random_ops(seed: int = 0, n: int = 300, max_live_bytes: int = 4 << 30) -> li
     return ops
 
 
+def _replay(ops, malloc, free, empty_cache, memory_stats, oom_error) -> list[dict]:
+    """Run ``ops`` on one allocator given as functions and return the ``KEYS`` of
+    ``memory_stats()`` after each op (``"status"``: ``"oom"`` when ``malloc`` raised
+    ``oom_error``). A freed id is dropped, then ``free`` is called with what malloc gave."""
+    live = {}
+    out = []
+    for op in ops:
+        status = "ok"
+        if op[0] == "malloc":
+            try:
+                live[op[1]] = malloc(op[2])
+            except oom_error:
+                status = "oom"
+        elif op[0] == "free":
+            if op[1] in live:
+                free(live.pop(op[1]))
+        else:
+            empty_cache()
+        stats = memory_stats()
+        out.append({"status": status, **{k: int(stats[k]) for k in KEYS}})
+    return out
+
+
 def replay_labkit(ops, conf: str = "", *, capacity: int, fraction: float | None = None,
                   segment_addresses=None) -> list[dict]:
     """Stats (``KEYS``) after each op on the simulator; an OOM is recorded as ``"oom"``.
@@ -90,23 +113,8 @@ def replay_labkit(ops, conf: str = "", *, capacity: int, fraction: float | None 
         alloc.set_memory_fraction(fraction)
     if segment_addresses is not None:
         alloc.segment_addresses = iter(segment_addresses)
-    blocks = {}
-    out = []
-    for op in ops:
-        status = "ok"
-        if op[0] == "malloc":
-            try:
-                blocks[op[1]] = alloc.malloc(op[2])
-            except OutOfMemoryError:
-                status = "oom"
-        elif op[0] == "free":
-            if op[1] in blocks:
-                alloc.free(blocks.pop(op[1]))
-        else:
-            alloc.empty_cache()
-        stats = alloc.memory_stats()
-        out.append({"status": status, **{k: int(stats[k]) for k in KEYS}})
-    return out
+    return _replay(ops, alloc.malloc, alloc.free, alloc.empty_cache, alloc.memory_stats,
+                   OutOfMemoryError)
 
 
 def replay_torch(ops, *, fraction: float | None = None) -> tuple[list[dict], list[int]]:
@@ -119,21 +127,11 @@ def replay_torch(ops, *, fraction: float | None = None) -> tuple[list[dict], lis
     torch.cuda.memory._record_memory_history(max_entries=1_000_000)
     if fraction is not None:
         torch.cuda.set_per_process_memory_fraction(fraction)
-    tensors = {}
-    out = []
-    for op in ops:
-        status = "ok"
-        if op[0] == "malloc":
-            try:
-                tensors[op[1]] = torch.empty(op[2], dtype=torch.uint8, device="cuda")
-            except torch.OutOfMemoryError:
-                status = "oom"
-        elif op[0] == "free":
-            tensors.pop(op[1], None)
-        else:
-            torch.cuda.empty_cache()
-        stats = torch.cuda.memory_stats()
-        out.append({"status": status, **{k: int(stats.get(k, 0)) for k in KEYS}})
+    out = _replay(ops, lambda nbytes: torch.empty(nbytes, dtype=torch.uint8, device="cuda"),
+                  lambda tensor: None,          # dropping the last reference frees it
+                  torch.cuda.empty_cache,
+                  lambda: {k: 0 for k in KEYS} | torch.cuda.memory_stats(),  # absent: 0
+                  torch.OutOfMemoryError)
     traces = torch.cuda.memory._snapshot().get("device_traces", [[]])
     addresses = [int(e["addr"]) for e in (traces[0] if traces else [])
                  if e.get("action") == "segment_alloc"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.validate import integer, nonnegative, positive
+from labkit.validate import integer, nonnegative, one_of, positive
 from labkit.memory.allocator import CachingAllocator, MemoryStats, OutOfMemoryError, SegmentInfo
 from labkit.memory.constants import MiB
 
@@ -79,6 +79,14 @@ class PatternResult:
         return self.oom is None
 
 
+def _pattern_allocator(fix: str, capacity_mb: int, *, max_split_size_mb: int) -> CachingAllocator:
+    """The allocator a pattern runs on: fixes named after an allocator setting switch it on
+    (``max_split_size_mb`` at the pattern's value); the others change the program."""
+    split = max_split_size_mb if fix == "max_split_size_mb" else None
+    return CachingAllocator(capacity=capacity_mb * MiB, max_split_size_mb=split,
+                            expandable_segments=fix == "expandable_segments")
+
+
 FIXES = {
     "none": "the default allocator",
     "max_split_size_mb": "max_split_size_mb:64 — no help here: every growing activation "
@@ -95,16 +103,12 @@ def growing_batch_pattern(fix: str = "none", *, capacity_mb: int = 1024, steps: 
                           kept_mb: float = 3.0) -> PatternResult:
     """Step i allocates an activation of start + i·growth MiB, keeps a ``kept_mb`` tensor
     and frees the activation. ``fix`` is one of :data:`FIXES`."""
-    if fix not in FIXES:
-        raise ValueError(f"fix must be one of {tuple(FIXES)}, got {fix!r}")
+    fix = one_of("fix", fix, FIXES)
     capacity_mb = integer("capacity_mb", capacity_mb, low=1)
     steps = integer("steps", steps, low=1)
     start_mb, kept_mb = positive("start_mb", start_mb), positive("kept_mb", kept_mb)
     growth_mb = nonnegative("growth_mb", growth_mb)
-    alloc = CachingAllocator(
-        capacity=capacity_mb * MiB,
-        max_split_size_mb=64 if fix == "max_split_size_mb" else None,
-        expandable_segments=fix == "expandable_segments")
+    alloc = _pattern_allocator(fix, capacity_mb, max_split_size_mb=64)
     kept, allocated, reserved, oom = [], [], [], None
     done = 0
     try:
@@ -206,16 +210,12 @@ def holes_oom_pattern(fix: str = "none", *, capacity_mb: int = 768, big_mb: int 
     it; every other one is freed (half of them live on, e.g. kept for logging); then a
     ``final_mb`` request finds no hole big enough, and no segment can be released
     because each is split. ``fix`` is one of :data:`HOLE_FIXES`."""
-    if fix not in HOLE_FIXES:
-        raise ValueError(f"fix must be one of {tuple(HOLE_FIXES)}, got {fix!r}")
+    fix = one_of("fix", fix, HOLE_FIXES)
     capacity_mb, big_mb, n_small, small_mb, final_mb = (
         integer(name, v, low=1) for name, v in (
             ("capacity_mb", capacity_mb), ("big_mb", big_mb), ("n_small", n_small),
             ("small_mb", small_mb), ("final_mb", final_mb)))
-    alloc = CachingAllocator(
-        capacity=capacity_mb * MiB,
-        max_split_size_mb=256 if fix == "max_split_size_mb" else None,
-        expandable_segments=fix == "expandable_segments")
+    alloc = _pattern_allocator(fix, capacity_mb, max_split_size_mb=256)
     allocated, reserved, oom, done = [], [], None, 0
 
     def mark():

@@ -41,44 +41,42 @@ def _loss(y, t):
     return ((y - t) ** 2).mean()
 
 
-def reference(lr: float = 0.1) -> dict:
-    """One process: output, loss, the first layer's gradient and weights after one SGD step."""
+def _sgd_step(model, lr: float, whole=lambda tensor: tensor) -> dict:
+    """Forward and backward on the whole batch and one SGD step: the output, loss, the first
+    layer's gradient and both layers' weights after the step, as numpy arrays. ``whole``
+    turns a parameter or gradient into the full tensor (``DTensor.full_tensor`` when the
+    model is sharded)."""
     import torch
-    model = _mlp()
     x, t = _data()
     y = model(x)
     loss = _loss(y, t)
     loss.backward()
-    g0 = model[0].weight.grad.clone()
+    g0 = whole(model[0].weight.grad).clone()
     with torch.no_grad():
         for p in model.parameters():
             p -= lr * p.grad
     return {"y": y.detach().numpy(), "loss": float(loss.detach()), "grad0": g0.numpy(),
-            "w0_after": model[0].weight.detach().numpy().copy(),
-            "w2_after": model[2].weight.detach().numpy().copy()}
+            "w0_after": whole(model[0].weight).detach().numpy().copy(),
+            "w2_after": whole(model[2].weight).detach().numpy().copy()}
+
+
+def reference(lr: float = 0.1) -> dict:
+    """One process: output, loss, the first layer's gradient and weights after one SGD step."""
+    return _sgd_step(_mlp(), lr)
 
 
 def tp_worker(rank: int, world: int, lr: float = 0.1) -> dict:
     """DTensor tensor parallelism: colwise first linear, rowwise second."""
-    import torch
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                    parallelize_module)
     mesh = init_device_mesh("cpu", (world,))
     model = parallelize_module(_mlp(), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
-    x, t = _data()
-    y = model(x)                           # a plain (replicated) tensor after the all-reduce
-    loss = _loss(y, t)
-    loss.backward()
-    local_rows = model[0].weight.to_local().shape[0]
-    g0 = model[0].weight.grad.full_tensor()
-    with torch.no_grad():
-        for p in model.parameters():
-            p -= lr * p.grad
-    return {"y": y.detach().numpy(), "loss": float(loss.detach()), "grad0": g0.numpy(),
-            "w0_after": model[0].weight.full_tensor().detach().numpy(),
-            "w2_after": model[2].weight.full_tensor().detach().numpy(),
-            "local_rows": local_rows}
+    # the output is a plain (replicated) tensor after the all-reduce; parameters and their
+    # gradients are DTensors sharded over the ranks (W1 by output rows, W2 by input columns)
+    out = _sgd_step(model, lr, whole=lambda dtensor: dtensor.full_tensor())
+    out["local_rows"] = model[0].weight.to_local().shape[0]
+    return out
 
 
 def fsdp_worker(rank: int, world: int, lr: float = 0.1) -> dict:

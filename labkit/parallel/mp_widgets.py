@@ -5,7 +5,7 @@ tests call; ``*_widget`` builders validate their arguments, then wire sliders to
 """
 from __future__ import annotations
 
-from labkit import validate as V
+from labkit.controls import dropdown, fixed, float_slider, int_slider, interactive
 from labkit.show import show
 
 MODELS = {   # name -> (layers, hidden, heads, global batch): Narayanan et al. Table 1, GPT-3
@@ -42,21 +42,14 @@ def schedule_widget(kind: str = "1f1b", stages: int = 4, microbatches: int = 8,
                     chunks: int = 2, t_forward: float = 1.0, t_backward: float = 2.0):
     """Stages (first slider), micro-batches, schedule, chunks, t_f, t_b → Gantt chart."""
     from labkit.parallel.pipeline import KINDS
-    kind = V.one_of("kind", kind, KINDS)
-    p = V.integer("stages", stages, low=1, high=8)
-    m = V.integer("microbatches", microbatches, low=1, high=32)
-    v = V.integer("chunks", chunks, low=1, high=4)
-    tf = V.number("t_forward", t_forward, low=0.25, high=4)
-    tb = V.number("t_backward", t_backward, low=0.25, high=4)
-    import ipywidgets as w
-    return w.interactive(
+    return interactive(
         show_schedule,
-        stages=w.IntSlider(value=p, min=1, max=8, description="stages p"),
-        microbatches=w.IntSlider(value=m, min=1, max=32, description="micro-batches m"),
-        kind=w.Dropdown(options=list(KINDS), value=kind, description="schedule"),
-        chunks=w.IntSlider(value=v, min=1, max=4, description="chunks v"),
-        t_forward=w.FloatSlider(value=tf, min=0.25, max=4, step=0.25, description="t_f"),
-        t_backward=w.FloatSlider(value=tb, min=0.25, max=4, step=0.25, description="t_b"))
+        stages=int_slider("stages", stages, 1, 8, "stages p"),
+        microbatches=int_slider("microbatches", microbatches, 1, 32, "micro-batches m"),
+        kind=dropdown("kind", kind, KINDS, "schedule"),
+        chunks=int_slider("chunks", chunks, 1, 4, "chunks v"),
+        t_forward=float_slider("t_forward", t_forward, 0.25, 4, 0.25, "t_f"),
+        t_backward=float_slider("t_backward", t_backward, 0.25, 4, 0.25, "t_b"))
 
 
 def show_zero(log10_params: float, dp: int) -> None:
@@ -74,13 +67,10 @@ def show_zero(log10_params: float, dp: int) -> None:
 
 def zero_widget(log10_params: float = 9.0, dp: int = 8):
     """log10 Ψ (first slider) and data-parallel size → memory against communication."""
-    lp = V.number("log10_params", log10_params, low=6, high=12)
-    d = V.integer("dp", dp, low=1, high=64)
-    import ipywidgets as w
-    return w.interactive(
-        show_zero,
-        log10_params=w.FloatSlider(value=lp, min=6, max=12, step=0.1, description="log10 Ψ"),
-        dp=w.IntSlider(value=d, min=1, max=64, description="dp"))
+    return interactive(show_zero,
+                       log10_params=float_slider("log10_params", log10_params, 6, 12, 0.1,
+                                                 "log10 Ψ"),
+                       dp=int_slider("dp", dp, 1, 64, "dp"))
 
 
 def show_plans(nodes: int, model: str, gpu: str, top: int = 8) -> None:
@@ -106,13 +96,8 @@ def show_plans(nodes: int, model: str, gpu: str, top: int = 8) -> None:
 def planner_widget(nodes: int = 16, model: str = "GPT-3 175B (Brown et al. 2020)",
                    gpu: str = "A100"):
     """Nodes of 8 GPUs (first slider), model and GPU → ranked plans and rejections."""
-    n = V.integer("nodes", nodes, low=1, high=512)
-    model = V.one_of("model", model, tuple(MODELS))
-    gpu = V.one_of("gpu", gpu, PLANNER_GPUS)
-    import ipywidgets as w
-    return w.interactive(
-        show_plans,
-        nodes=w.IntSlider(value=n, min=1, max=512, description="nodes (×8 GPUs)"),
-        model=w.Dropdown(options=list(MODELS), value=model, description="model"),
-        gpu=w.Dropdown(options=list(PLANNER_GPUS), value=gpu, description="GPU"),
-        top=w.fixed(8))
+    return interactive(show_plans,
+                       nodes=int_slider("nodes", nodes, 1, 512, "nodes (×8 GPUs)"),
+                       model=dropdown("model", model, MODELS, "model"),
+                       gpu=dropdown("gpu", gpu, PLANNER_GPUS, "GPU"),
+                       top=fixed(8))

@@ -15,18 +15,29 @@ def _numbers(name: str, value) -> np.ndarray:
     return np.asarray(validate.number(name, value, finite=False))
 
 
+def _share(name: str, value) -> np.ndarray:
+    """A fraction of the run time (number or array), every entry in [0, 1]."""
+    out = _numbers(name, value)
+    if np.any(np.isnan(out)) or np.any((out < 0) | (out > 1)):
+        raise ValueError(f"{name} must be in [0, 1], got {value}")
+    return out
+
+
+def _workers(workers) -> np.ndarray:
+    """A worker count (number or array), every entry >= 1."""
+    out = _numbers("workers", workers)
+    if np.any(np.isnan(out)) or np.any(out < 1):
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    return out
+
+
 def amdahl_speedup(parallel_fraction: float | np.ndarray, workers: int | np.ndarray):
     """Amdahl's law: S(n) = 1 / ((1 - p) + p / n)  (Amdahl, AFIPS 1967).
 
     ``parallel_fraction`` p in [0, 1] is the share of the run time that parallelizes;
     ``workers`` n >= 1.
     """
-    p = _numbers("parallel_fraction", parallel_fraction)
-    n = _numbers("workers", workers)
-    if np.any(np.isnan(p)) or np.any((p < 0) | (p > 1)):
-        raise ValueError(f"parallel_fraction must be in [0, 1], got {parallel_fraction}")
-    if np.any(np.isnan(n)) or np.any(n < 1):
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    p, n = _share("parallel_fraction", parallel_fraction), _workers(workers)
     s = 1.0 / ((1.0 - p) + p / n)
     return float(s) if s.ndim == 0 else s
 
@@ -38,12 +49,7 @@ def gustafson_speedup(serial_fraction: float | np.ndarray, workers: int | np.nda
     ``serial_fraction`` s in [0, 1] is the serial share of the run time measured on the
     n-worker machine, whose job grew with it; ``workers`` n >= 1.
     """
-    s = _numbers("serial_fraction", serial_fraction)
-    n = _numbers("workers", workers)
-    if np.any(np.isnan(s)) or np.any((s < 0) | (s > 1)):
-        raise ValueError(f"serial_fraction must be in [0, 1], got {serial_fraction}")
-    if np.any(np.isnan(n)) or np.any(n < 1):
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    s, n = _share("serial_fraction", serial_fraction), _workers(workers)
     out = s + (1.0 - s) * n
     return float(out) if out.ndim == 0 else out
 

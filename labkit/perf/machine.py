@@ -17,13 +17,13 @@ per float64 element, two reads and one write).
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
 from labkit import validate as v
+from labkit.perf.timing import benchmark
 
 
 @dataclass(frozen=True)
@@ -85,13 +85,9 @@ def measure_peak_flops(n: int = 1024, repeats: int = 5, backend: str = "torch") 
         a = rng.standard_normal((n, n), dtype=np.float32)
         b = rng.standard_normal((n, n), dtype=np.float32)
         mm = lambda: a @ b  # noqa: E731
-    mm()
-    best = np.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        mm()
-        best = min(best, time.perf_counter() - t0)
-    return 2.0 * n ** 3 / best
+    # the best sample, not the median: a peak is what the machine can do, and other
+    # processes only ever slow a run down
+    return 2.0 * n ** 3 / benchmark(mm, repeats=repeats, warmup=1).best
 
 
 def measure_bandwidth(mbytes: int = 64, repeats: int = 5) -> float:
@@ -106,14 +102,8 @@ def measure_bandwidth(mbytes: int = 64, repeats: int = 5) -> float:
         np.multiply(c, 3.0, out=a)
         np.add(a, b, out=a)       # numpy needs 2 passes: count the real traffic below
 
-    triad()
-    best = np.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        triad()
-        best = min(best, time.perf_counter() - t0)
     # pass 1 reads c, writes a (16 B/elt); pass 2 reads a and b, writes a (24 B/elt)
-    return 40.0 * n / best
+    return 40.0 * n / benchmark(triad, repeats=repeats, warmup=1).best
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,64 @@
+"""One checker for the exercises whose answer is a number computed from a few arguments.
+
+Such a checker runs the learner's function and the reference on a table of cases. Where
+they disagree it names the tempting wrong formula (a *shortcut*) the answer matches, so
+the hint says what is missing rather than only "off by x"::
+
+    formula_exercise("11.2", "Daly's checkpoint interval", daly_interval,
+                     cases=[(300.0, 86400.0), (7200.0, 3600.0)],
+                     call=lambda c, m: f"daly_interval(C={c:g} s, M={m:g} s)",
+                     shortcuts=[(equals(lambda c, m: math.sqrt(2 * c * m)), "that is Young's ..."),
+                                (lambda got, c, m: c >= 2 * m, "Daly's interval is simply M.")],
+                     hint="τ = √(2CM)·[1 + ⅓√(C/2M) + ⅑(C/2M)] − C for C < 2M.")
+
+registers exercise 11.2; its checker (:func:`check_formula`) answers Young's √(2CM) with
+``daly_interval(C=300 s, M=86400 s) = 7200, expected 7001.39: that is Young's ...``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable, Sequence
+
+from labkit.check.core import Wrong, exercise
+
+Shortcut = tuple[Callable[..., bool], str]     # (test(got, *case) -> bool, hint)
+
+
+def equals(wrong: Callable[..., float], rtol: float = 1e-9) -> Callable[..., bool]:
+    """The test "the answer is what the wrong formula ``wrong(*case)`` gives" (to ``rtol``)."""
+    return lambda got, *case: math.isclose(got, wrong(*case), rel_tol=rtol)
+
+
+def check_formula(answer: Callable[..., Any], reference: Callable[..., float],
+                  cases: Iterable[Sequence[Any]], *, call: Callable[..., str],
+                  shortcuts: Sequence[Shortcut] = (), hint: str,
+                  rtol: float = 1e-9, atol: float = 0.0) -> None:
+    """Raise :class:`Wrong` unless ``answer(*case)`` is ``reference(*case)`` (within ``rtol``
+    or ``atol``) for every case.
+
+    On the first case that differs the message is ``"{call(*case)} = got, expected want: "``
+    followed by the hint of the first shortcut whose ``test(got, *case)`` holds, else by
+    ``hint`` (the right formula and its source, or how to derive it).
+    """
+    for case in cases:
+        got = float(answer(*case))
+        want = float(reference(*case))
+        if math.isclose(got, want, rel_tol=rtol, abs_tol=atol):
+            continue
+        what = f"{call(*case)} = {got:.6g}, expected {want:.6g}"
+        raise Wrong(f"{what}: " + next((h for test, h in shortcuts if test(got, *case)), hint))
+
+
+def formula_exercise(id: str, title: str, reference: Callable[..., float],
+                     cases: Sequence[Sequence[Any]], *, call: Callable[..., str],
+                     shortcuts: Sequence[Shortcut] = (), hint: str, rtol: float = 1e-9,
+                     atol: float = 0.0, binds: str | None = None) -> Callable[[Any], None]:
+    """Register exercise ``id``: the learner writes ``binds`` (default: the reference's
+    name), checked by :func:`check_formula` on ``cases``. The checker counts as the
+    reference's module's (the registry allows a module to re-register its own ids)."""
+    def checker(answer):
+        check_formula(answer, reference, cases, call=call, shortcuts=shortcuts, hint=hint,
+                      rtol=rtol, atol=atol)
+    checker.__module__ = reference.__module__
+    return exercise(id, title, reference=reference,
+                    binds=binds or reference.__name__)(checker)

@@ -1,0 +1,58 @@
+"""labkit.check.formula: a numeric answer passes on every case or is named by its shortcut."""
+import math
+
+import pytest
+
+from labkit.check import get
+from labkit.check.core import Wrong
+from labkit.check.formula import check_formula, equals, formula_exercise
+
+
+def _area(r, n):
+    """n regular polygons' worth of a circle: n π r²."""
+    return n * math.pi * r * r
+
+
+SHORTCUTS = [(equals(lambda r, n: n * 2 * math.pi * r), "that is the circumference."),
+             (lambda got, r, n: n == 0, "no circles, no area.")]
+
+
+def _check(answer, **kw):
+    check_formula(answer, _area, [(1.0, 1), (2.5, 3), (1.0, 0)],
+                  call=lambda r, n: f"area(r={r}, n={n})", shortcuts=SHORTCUTS,
+                  hint="A = n·π·r².", **kw)
+
+
+def test_the_reference_and_a_reordered_formula_pass():
+    _check(_area)
+    _check(lambda r, n: math.pi * (r ** 2) * n)
+
+
+@pytest.mark.parametrize("answer, message", [
+    (lambda r, n: n * 2 * math.pi * r,
+     "area(r=1.0, n=1) = 6.28319, expected 3.14159: that is the circumference."),
+    (lambda r, n: max(n, 1) * math.pi * r * r,             # right unless n = 0
+     "area(r=1.0, n=0) = 3.14159, expected 0: no circles, no area."),
+    (lambda r, n: n * 3.14 * r * r, "area(r=1.0, n=1) = 3.14, expected 3.14159: A = n·π·r²."),
+])
+def test_a_wrong_answer_gets_the_first_matching_hint(answer, message):
+    with pytest.raises(Wrong) as e:
+        _check(answer)
+    assert str(e.value) == message
+
+
+def test_tolerances():
+    with pytest.raises(Wrong):
+        _check(lambda r, n: _area(r, n) * (1 + 1e-7))
+    _check(lambda r, n: _area(r, n) * (1 + 1e-7), rtol=1e-6)
+    with pytest.raises(Wrong, match="no circles"):
+        _check(lambda r, n: _area(r, n) + 1e-9)
+    _check(lambda r, n: _area(r, n) + 1e-9, rtol=1e-6, atol=1e-8)
+
+
+def test_formula_exercises_are_registered_as_their_chapters():
+    e = get("11.2")
+    assert e.binds == "daly_interval" and e.checker.__module__ == "labkit.check.ch11"
+    assert get("9.2").binds == "ring_allreduce_time"
+    with pytest.raises(ValueError, match="registered twice"):     # another module, same id
+        formula_exercise("11.2", "circles", _area, [(1.0, 1)], call=str, hint="")
