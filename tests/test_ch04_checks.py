@@ -87,6 +87,18 @@ def test_4_4_missing_halo_is_wrong():
     assert v.status == FAIL and "halo" in v.message
 
 
+def test_4_4_unpadded_right_halo_reads_unwritten_shared_memory():
+    """Without the `else 0.0`, a full last block reads its right halo from shared memory
+    nobody wrote: garbage on a GPU, NaN in the tracer (seen at n = 2 * BLOCK)."""
+    unpadded = mutant(get("4.4").reference,
+                      "tile[t + block + radius] = a[right] if right < a.size else 0.0", """
+                      if right < a.size:
+                          tile[t + block + radius] = a[right]
+                      """)
+    v = evaluate("4.4", unpadded)
+    assert v.status == FAIL and "n=64" in v.message and "holds NaN" in v.message, v.message
+
+
 def test_4_5_unpadded_tile_has_bank_conflicts():
     v = evaluate("4.5", lib.transpose_shared(32, 8, 0))
     assert v.status == FAIL and "32-way shared-memory bank conflicts" in v.message

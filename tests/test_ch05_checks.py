@@ -74,7 +74,7 @@ def test_5_1_serial_loop_with_barriers_fails_on_divergence():
     pytest.param("buf[t] = a[i] if i < a.size else 0.0", """
         if i < a.size:
             buf[t] = a[i]
-    """, "off by up to nan", id="no-zero-padding"),
+    """, "holds NaN at index", id="no-zero-padding"),
 ])
 def test_5_1_missing_sync_or_padding_is_wrong(old, new, hint):
     v = evaluate("5.1", mutant(REDUCE, old, new))
@@ -169,6 +169,17 @@ def test_5_5_thread_zero_serial_scan_fails():
 def test_5_5_off_by_one_is_wrong():
     v = evaluate("5.5", mutant(SCAN, "if t >= d:", "if t > d:"))
     assert v.status == FAIL and "t >= d" in v.message
+
+
+def test_5_5_unpadded_load_is_named_as_unwritten_shared_memory():
+    """Lanes past the end that store nothing leave NaN (garbage on a GPU) in the scan; the
+    hint must point at the load, not at the block total."""
+    unpadded = mutant(SCAN, "buf[0, t] = a[i] if i < a.size else 0.0", """
+        if i < a.size:
+            buf[0, t] = a[i]
+    """)
+    v = evaluate("5.5", unpadded)
+    assert v.status == FAIL and "holds NaN" in v.message and "padding" in v.message, v.message
 
 
 def test_5_5_exclusive_scan_is_named():

@@ -219,11 +219,25 @@ def test_register2d_is_conflict_free_and_its_loads_coalesce():
     a = rng.standard_normal((32, 32)).astype(np.float32)
     trace = ops.matmul(a, a, variant="register2d", blocked=SMALL_2D).trace
     s = summarize(trace)
-    assert s.max_conflict_ways == 1                   # padded a tile, strided micro-tile
+    assert s.max_conflict_ways == 1     # padded a tile; tm <= bn / tn: a warp's a reads
     assert s.coalescing_efficiency == pytest.approx(1.0)
     # ~5x fewer shared reads per FMA than the tiled kernel: (tm + tn) / (tm tn) vs 2
     tiled = summarize(ops.matmul(a, a, variant="tiled", tile=8).trace)
     assert tiled.traffic.shared_reads / s.traffic.shared_reads == pytest.approx(2 / 1)
+
+
+@pytest.mark.parametrize("blocked, ways", [
+    (SMALL_2D, 1),
+    (dict(bm=64, bn=32, bk=8, tm=8, tn=8), 2),       # tm = 8 > bn / tn = 4
+    (dict(bm=64, bn=16, bk=8, tm=8, tn=4), 2),       # tm = 8 > bn / tn = 4
+])
+def test_register2d_a_reads_conflict_only_when_tm_exceeds_the_threads_along_a_row(blocked, ways):
+    """A thread's tm rows of a are adjacent words; a warp spans 32 / (bn / tn) values of ty,
+    whose reads are tm words apart: distinct banks while tm <= bn / tn, 2-way beyond."""
+    a = rng.standard_normal((32, 32)).astype(np.float32)
+    run = ops.matmul(a, a, variant="register2d", blocked=blocked)
+    np.testing.assert_allclose(run.value, a @ a, rtol=1e-4, atol=1e-4)
+    assert summarize(run.trace).max_conflict_ways == ways
 
 
 def test_conflict_free_pad_search():

@@ -97,7 +97,7 @@ def conv_reference(a: np.ndarray, w: np.ndarray) -> np.ndarray:
 @exercise("4.4", "a 1-D convolution through shared memory",
           reference=lib.conv1d_shared(BLOCK, RADIUS), binds="conv1d_shared")
 def _(answer):
-    for seed, n in enumerate((7, 45, 100)):
+    for seed, n in enumerate((7, 45, 100, 2 * BLOCK)):   # 2 * BLOCK: a full last block
         rng = _rng(seed + 20)
         a = rng.standard_normal(n).astype(np.float32)
         w = rng.standard_normal(2 * RADIUS + 1).astype(np.float32)

@@ -210,6 +210,17 @@ def expect_close(got: Any, want: Any, what: str, *, hint: str = "", rtol: float 
     if got_a.shape != want_a.shape:
         raise Wrong(_join(f"{what} has shape {got_a.shape}, expected {want_a.shape}.", hint))
     if not np.allclose(got_a, want_a, rtol=rtol, atol=atol, equal_nan=True):
+        if got_a.dtype.kind in "fc" and want_a.dtype.kind in "fciub":
+            unwritten = np.isnan(got_a) & ~np.isnan(want_a.astype(float))
+            if unwritten.any():
+                where = tuple(int(i) for i in np.argwhere(unwritten)[0])
+                raise Wrong(_join(
+                    f"{what} holds NaN at index {where[0] if len(where) == 1 else where} "
+                    f"({int(unwritten.sum())} of {unwritten.size} values): a value read "
+                    "from shared or local memory before any thread wrote it (the tracer "
+                    "starts them at NaN, as a GPU starts them with garbage), or an output "
+                    "never written. Threads past the end of the data must still store "
+                    "their padding (a 0 for a sum).", hint))
         err = np.max(np.abs(got_a.astype(float) - want_a.astype(float))) if got_a.size else 0
         raise Wrong(_join(f"{what} is off by up to {err:.3g}.", hint))
 

@@ -266,7 +266,8 @@ def matmul(a: Any, b: Any, *, variant: str = "tiled", runner: str = "trace",
     naive / coalesced / tiled: tile x tile blocks (tile a power of two <= 32); register:
     (tile, tile / rows) blocks, each thread ``rows`` outputs; register2d: 2-D register
     blocking with the tile shapes ``blocked`` (keys bm, bn, bk, tm, tn; defaults
-    :data:`BLOCKED_2D`).
+    :data:`BLOCKED_2D`); its shared reads are conflict-free while tm <= bn / tn, 2-way
+    beyond (a thread's tm rows of a are adjacent words).
     """
     a, b = _f32(a, "a", 2), _f32(b, "b", 2)
     if a.shape[1] != b.shape[0]:
