@@ -57,7 +57,7 @@ def environment_warnings(packages: dict[str, str]) -> list[str]:
         found.append(
             f"ipykernel {kernel}: JupyterLab runs widget callbacks on a second thread "
             "(comms over subshells), and a widget can print its text but lose its plot "
-            "(ipython/ipykernel#1564). Install ipykernel<7 (the course pins 6.31.0), or set "
+            "(ipython/ipykernel#1564). Install ipykernel<7 (environment.yml pins one), or set "
             "Settings > Kernel > Kernel Comms over subshells to Disabled.")
     return found
 
