@@ -103,8 +103,13 @@ def test_dce_that_calls_labkits_pass_fails():
     assert v.status == "fail" and "labkit's eliminate_dead_code" in v.message
     v = status("2.5", lambda g: passes.optimize(g))
     assert v.status == "fail" and "labkit's optimize" in v.message
+    # a name imported before the check reaches the same function: caught too
+    from labkit.autograd.passes import eliminate_dead_code as imported
+    v = status("2.5", lambda g: imported(g))
+    assert v.status == "fail" and "labkit's eliminate_dead_code" in v.message
     # the tripwire is removed after the check
     assert passes.eliminate_dead_code.__name__ == "eliminate_dead_code"
+    assert status("2.5", get("2.5").reference).status == "pass"
 
 
 # ---- 2.6: backward over the learner's own order -----------------------------------------
@@ -159,6 +164,9 @@ def test_backward_recursive_order_crashes_on_the_deep_chain():
 def test_backward_that_calls_labkits_backward_fails():
     v = status("2.6", lambda loss: loss.backward())
     assert v.status == "fail" and "loss.backward()" in v.message
+    from labkit.autograd.tensor import backprop     # imported before the check
+    v = status("2.6", lambda loss: backprop(loss, np.ones_like(loss.data)))
+    assert v.status == "fail" and "labkit's backprop" in v.message, v.message
     from labkit.autograd import Tensor
     x = Tensor([1.0], requires_grad=True)
     (x * 2).sum().backward()            # restored after the check

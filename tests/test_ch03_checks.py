@@ -54,7 +54,7 @@ def test_wrong_batchnorm_and_dropout():
     (lambda h, k, d, b: h * d * b, "key AND a value"),                 # both mistakes
     (lambda h, k, d, b: 2 * k * d * b * 8, "not bits"),                # bits, not bytes
     (lambda h, k, d, b: 2 * k * d * b * h, "multiply by the heads"),   # heads twice
-    (lambda h, k, d, b: 2 * k * d, ""),                                # dropped dtype_bytes
+    (lambda h, k, d, b: 2 * k * d, "multiply by dtype_bytes"),         # dropped dtype_bytes
 ])
 def test_wrong_kv_cache(answer, hint):
     v = evaluate("3.6", answer)

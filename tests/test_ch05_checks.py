@@ -81,6 +81,28 @@ def test_5_1_missing_sync_or_padding_is_wrong(old, new, hint):
     assert v.status == FAIL and hint in v.message, v.message
 
 
+def test_5_1_tree_then_warp_shuffles_passes():
+    """The chapter's own advice (Harris's last step, lib.reduce_fast): one shared-memory
+    level, then shfl_down_sync for the last 32 values: fewer barriers, and right."""
+    def tree_then_shuffle(cuda):
+        def kernel(a, out):
+            buf = cuda.shared.array(64, cuda.float32)
+            t = cuda.threadIdx.x
+            i = cuda.blockIdx.x * 64 + t
+            buf[t] = a[i] if i < a.size else 0.0
+            cuda.syncthreads()
+            if t < 32:
+                v = buf[t] + buf[t + 32]
+                offset = 16
+                while offset > 0:
+                    v += cuda.shfl_down_sync(0xFFFFFFFF, v, offset)
+                    offset //= 2
+                if t == 0:
+                    out[cuda.blockIdx.x] = v
+        return kernel
+    assert evaluate("5.1", tree_then_shuffle).status == PASS
+
+
 def test_5_2_untiled_matmul_is_over_budget():
     v = evaluate("5.2", lib.matmul_coalesced)
     assert v.status == FAIL and "ceil(n / TILE)" in v.message

@@ -111,9 +111,20 @@ def _min_entry(w, sp):     # rank rows by their smallest |entry|
     return np.repeat(keep[:, None], w.shape[1], 1)
 
 
+def _row_norm(order):       # rank rows by another norm (L1 or L-infinity)
+    def mask(w, sp):
+        k = int(round(sp * w.shape[0]))
+        keep = np.ones(w.shape[0], bool)
+        keep[np.argsort(np.linalg.norm(w, ord=order, axis=1), kind="stable")[:k]] = False
+        return np.repeat(keep[:, None], w.shape[1], 1)
+    return mask
+
+
 @pytest.mark.parametrize("wrong, hint", [(magnitude_mask, "single weights"),
                                          (_prune_strongest, "smallest L2"),
-                                         (_floor_count, "round"), (_min_entry, "smallest L2")])
+                                         (_floor_count, "round"), (_min_entry, "smallest L2"),
+                                         (_row_norm(np.inf), "smallest L2"),
+                                         (_row_norm(1), "smallest L2")])
 def test_8_4_rejects(wrong, hint):
     v = evaluate("8.4", wrong)
     assert v.status == FAIL and hint in v.message

@@ -198,11 +198,26 @@ class _NoReset(ch09.BucketedDDP):
         self.ready = ready                      # counters keep growing: step 2 never fires
 
 
-class _SyncInHook(ch09.BucketedDDP):         # waits at once inside backward: no overlap, OK
+class _SyncInHook(ch09.BucketedDDP):         # waits at once inside backward: no overlap
     def _grad_ready(self, k):
         super()._grad_ready(k)
         if self.pending and self.pending[-1][0] == k:
             self.pending[-1][2].wait()
+
+
+class _Blocking(ch09.BucketedDDP):           # a blocking all-reduce from the hook
+    def _grad_ready(self, k):
+        import torch
+        import torch.distributed as dist
+        self.ready[k] += 1
+        if self.ready[k] == len(self.buckets[k]):
+            flat = torch.cat([p.grad.reshape(-1) for p in self.buckets[k]]) / self.world
+            dist.all_reduce(flat)
+
+            class Done:
+                def wait(self):
+                    return None
+            self.pending.append((k, flat, Done()))
 
 
 class _Stub:
@@ -211,8 +226,8 @@ class _Stub:
 
 
 _VARIANTS = {
-    "reference": (ch09.BucketedDDP, None), "sync in hook": (_SyncInHook, None),
-    "stub": (_Stub, "missing"),
+    "reference": (ch09.BucketedDDP, None), "sync in hook": (_SyncInHook, "nothing overlaps"),
+    "blocking": (_Blocking, "blocked until done"), "stub": (_Stub, "missing"),
     "no divide": (_NoDivide, "too large"), "no wait": (_NoWait, "never waited"),
     "per parameter": (_PerParameter, "one per parameter"),
     "after backward": (_AfterBackward, "after backward ended"),

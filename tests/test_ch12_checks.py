@@ -76,7 +76,16 @@ def test_12_3_rejects(wrong, hint):
 
 
 def test_12_3_accepts_another_seed_and_a_t_free_bootstrap():
-    assert evaluate("12.3", lambda a, b: ch12.speedup_with_ci(a, b, seed=7)).status == PASS
+    assert evaluate("12.3", lambda a, b, level=0.95: ch12.speedup_with_ci(
+        a, b, level=level, seed=7)).status == PASS
+
+
+def test_12_3_rejects_a_level_typed_in():
+    """A bootstrap that hard-codes the 95 % (or 90 %) percentiles ignores ``level``."""
+    for fixed in (0.95, 0.90):
+        v = evaluate("12.3", lambda a, b, level=0.95, f=fixed: ch12.speedup_with_ci(
+            a, b, level=f, seed=7))
+        assert v.status == FAIL and "level=0.5" in v.message, v.message
 
 
 @pytest.mark.parametrize("wrong, hint", [

@@ -163,8 +163,13 @@ KV_CASES = [(32, 32, 128, 2), (64, 8, 128, 2), (16, 1, 64, 2), (12, 4, 64, 4), (
 @exercise("3.6", "KV-cache bytes per token per layer (with grouped-query attention)",
           reference=_kv_bytes_per_token_per_layer, binds="kv_bytes_per_token_per_layer")
 def _(kv_bytes_per_token_per_layer):
-    for n_heads, n_kv, d, nb in KV_CASES:
-        got = kv_bytes_per_token_per_layer(n_heads, n_kv, d, nb)
+    answers = [kv_bytes_per_token_per_layer(*case) for case in KV_CASES]
+    # judged over all cases: with bf16 (2 bytes) "no dtype_bytes" and "no 2x" look the same
+    if answers != [2 * k * d * nb for _, k, d, nb in KV_CASES] and answers == [
+            2 * k * d for _, k, d, _ in KV_CASES]:
+        raise Wrong("that counts elements, not bytes: multiply by dtype_bytes (2 for bf16, "
+                    "4 for fp32).")
+    for (n_heads, n_kv, d, nb), got in zip(KV_CASES, answers):
         want = 2 * n_kv * d * nb
         if got == want:
             continue

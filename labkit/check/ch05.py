@@ -42,7 +42,9 @@ def _expect_log_steps(trace, summary, reference_trace, blocks: int, *, algorithm
     behind log2(BLOCK) barriers does not). ``steps`` names what the barriers separate in
     the ``algorithm``; ``serial`` and ``divergent`` are the two hints."""
     levels = trace.syncs / (blocks * BLOCK) - 1      # barriers per thread after the load
-    if levels < LEVELS:
+    # Warp shuffles finish the last 32 values without barriers (Harris's last step,
+    # lib.reduce_fast): then fewer barriers are right, and SIMT efficiency still judges.
+    if levels < LEVELS and trace.shuffles == 0:
         raise Wrong(f"right values, but each thread passed {max(levels, 0):.0f} {steps} behind "
                     f"cuda.syncthreads() (a {algorithm} of {BLOCK} values needs log2({BLOCK}) "
                     f"= {LEVELS}): {serial}")

@@ -114,11 +114,19 @@ def _(answer):
 @exercise("8.4", "a structured pruning mask", reference=structured_mask, binds="structured_mask")
 def _(answer):
     rng = np.random.default_rng(4)
-    for shape, sp in (((8, 5), 0.5), ((10, 4), 0.3), ((7, 9), 0.25), ((6, 6), 0.0), ((5, 3), 1.0)):
-        w = rng.normal(size=shape)
+    # two hand-made weights where the L2 norm disagrees with L-infinity (row 0: one big
+    # entry, norm 2; row 1: four of 1.2, norm 2.4, max 1.2) and with L1 (row 0: four ones,
+    # norm 2, sum 4; row 1: one 2.1)
+    by_hand = [np.array([[2, 0, 0, 0], [1.2] * 4, [3] * 4, [4] * 4], dtype=float),
+               np.array([[1] * 4, [2.1, 0, 0, 0], [3] * 4, [4] * 4], dtype=float)]
+    cases = [(rng.normal(size=shape), sp) for shape, sp in (
+        ((8, 5), 0.5), ((10, 4), 0.3), ((7, 9), 0.25), ((6, 6), 0.0), ((5, 3), 1.0))]
+    for w, _ in cases:
         w[0] *= 0.05                 # a weak row whose entries are not all the smallest
         w[1, 0] = 0.001              # a strong row holding the smallest single entry
         w[1, 1:] *= 4
+    for w, sp in cases + [(w, 0.25) for w in by_hand]:
+        shape = w.shape
         got = np.asarray(answer(w.copy(), sp))
         want = structured_mask(w, sp)
         if got.shape != w.shape:

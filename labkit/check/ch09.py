@@ -182,6 +182,15 @@ def judge_bucket_lab(results: list, world: int = 2, steps: int = 2) -> None:
     if not calls:
         raise Wrong("no dist.all_reduce was called: all-reduce each full bucket with "
                     "dist.all_reduce(flat, async_op=True).")
+    blocking = [c for c in calls if not c["async"] and c["phase"] == "backward"]
+    if blocking:
+        raise Wrong(f"{len(blocking)} all-reduce(s) blocked until done: backward waited for "
+                    f"the network, so nothing overlaps. Start each bucket with "
+                    f"dist.all_reduce(flat, async_op=True), keep the handle, wait in finish().")
+    if all(c.get("wait_phase") == "backward" for c in calls):
+        raise Wrong("every all-reduce was waited for inside backward (in the hook), so "
+                    "backward stops for each bucket and nothing overlaps: keep the handles "
+                    "and call handle.wait() in finish(), after backward.")
     not_waited = [c for c in calls if not c["waited"]]
     if not_waited:
         raise Wrong(f"{len(not_waited)} asynchronous all-reduce(s) were never waited: keep "

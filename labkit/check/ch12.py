@@ -110,6 +110,14 @@ def _(answer):
             raise Wrong(f"interval [{lo:.4g}, {hi:.4g}], expected about [{want[1]:.4g}, "
                         f"{want[2]:.4g}]: bootstrap the ratio of medians, both sets "
                         f"resampled independently.")
+    # the level is an argument, not a constant: a 50 % interval is about half as wide
+    _, lo, hi = (float(t) for t in answer(a.copy(), b.copy(), level=0.5))
+    want = speedup_with_ci(a, b, level=0.5, resamples=4000)
+    width = want[2] - want[1]
+    if abs(lo - want[1]) > 0.25 * width + 1e-12 or abs(hi - want[2]) > 0.25 * width + 1e-12:
+        raise Wrong(f"with level=0.5 the interval is [{lo:.4g}, {hi:.4g}], expected about "
+                    f"[{want[1]:.4g}, {want[2]:.4g}]: take the (1-level)/2 and (1+level)/2 "
+                    f"quantiles of the resampled ratios.")
 
 
 @exercise("12.4", "size of an int8 model", reference=int8_linear_bytes, binds="int8_bytes")

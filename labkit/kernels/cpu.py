@@ -6,7 +6,8 @@
 * ``epilogue_fused``: y = max(x * scale + shift, 0) * gain + residual (a layer's
   bias + ReLU + scale + residual epilogue) in one pass; ``epilogue_numpy`` is the same
   chain in numpy: one temporary array and one pass over memory per operation (5 passes,
-  about 14 array reads/writes instead of 3). Fusion removes the temporaries' traffic.
+  11 array reads/writes instead of 3: :data:`EPILOGUE_ARRAY_TRAFFIC`). Fusion removes the
+  temporaries' traffic.
 
 numba is imported on first use; the first call compiles (seconds).
 """
@@ -79,6 +80,12 @@ def epilogue_fused(x: np.ndarray, residual: np.ndarray, scale: float = 1.5,
     out = np.empty_like(x)
     _compiled()[1](x, residual, np.float32(scale), np.float32(shift), np.float32(gain), out)
     return out
+
+
+# Arrays of n floats read + written: numpy's 5 passes (x*a, +b, max, *g each read 1 and
+# write 1; +residual reads 2, writes 1: 6 reads, 5 writes) vs the fused pass (2 reads, 1
+# write). Write-allocate caches would add a read per write; not counted here.
+EPILOGUE_ARRAY_TRAFFIC = {"numpy": 6 + 5, "fused": 2 + 1}
 
 
 def epilogue_numpy(x: np.ndarray, residual: np.ndarray, scale: float = 1.5,

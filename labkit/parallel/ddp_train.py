@@ -244,11 +244,12 @@ def bucket_lab_reference_grads(steps: int, world: int, lr: float = 0.1):
 class _Handle:
     """Wraps an all-reduce's Work so the check sees whether ``wait()`` was called."""
 
-    def __init__(self, work, record: dict):
-        self._work, self._record = work, record
+    def __init__(self, work, record: dict, spy: "_AllReduceSpy"):
+        self._work, self._record, self._spy = work, record, spy
 
     def wait(self, *args, **kwargs):
         self._record["waited"] = True
+        self._record.setdefault("wait_phase", self._spy.phase)
         out = self._work.wait(*args, **kwargs)
         self._record.setdefault("t_done", time.perf_counter())
         return out
@@ -273,7 +274,7 @@ class _AllReduceSpy:
         if work is None:
             rec["t_done"] = time.perf_counter()
             return None
-        return _Handle(work, rec)
+        return _Handle(work, rec, self)
 
 
 def _run_one(rank: int, world: int, payload: bytes, steps: int, lr: float,
