@@ -283,3 +283,18 @@ def test_argument_errors():
         Cluster(0, 8)
     with pytest.raises(ValueError, match="load"):
         generate_jobs(10, load=0)
+
+
+def test_chapter_11_policy_comparison_says_what_the_simulator_gives():
+    """Chapter 11 (cell-010) reads the 1,500-job table in words; each sentence, asserted."""
+    jobs = generate_jobs(1500, total_gpus=64, load=0.85, seed=1, max_gpus=32)
+    m = {p: metrics.summarize(simulate(jobs, Cluster(8, 8), p, preempt_overhead=60.0))
+         for p in S.POLICIES}
+    fifo, sjf, easy, prio = m["fifo"], m["sjf"], m["easy"], m["priority"]
+    assert fifo.mean_jct > 3600 and fifo.mean_queueing > 0.9 * fifo.mean_jct  # hours, waiting
+    assert easy.mean_jct < sjf.mean_jct < fifo.mean_jct
+    assert fifo.mean_queueing > 3600 > easy.mean_queueing > 60                # hours -> minutes
+    assert prio.p95_jct == max(x.p95_jct for x in m.values())
+    assert all(x.utilisation < 0.85 for x in m.values())
+    soonest = min(m.values(), key=lambda x: x.makespan)
+    assert soonest.utilisation == max(x.utilisation for x in m.values())

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from labkit.check.core import Wrong, exercise
+from labkit.hardware import GPUS
 from labkit.perf.stack import layer_of, loads_in_flight, simplenet_step_flops
 
 
@@ -87,7 +88,6 @@ def _(answer):
 
 @exercise("1.3", "the ridge point of a machine", reference=ridge_point, binds="ridge_point")
 def _(answer):
-    from labkit.hardware import GPUS
     cases = [(g.peak(p), g.hbm_bandwidth) for g in GPUS.values() for p in ("fp32", "fp16")
              if p in g.flops] + [(1.2e11, 2.3e10), (5e9, 5e9)]
     for peak, bw in cases:
@@ -103,9 +103,12 @@ def _(answer):
 
 @exercise("1.4", "a roofline bound", reference=roofline_bound, binds="roofline_bound")
 def _(answer):
-    cases = [(67e12, 3.35e12, 16500, 24928), (67e12, 3.35e12, 2 * 4096 ** 3, 3 * 4 * 4096 ** 2),
+    h100, a100 = GPUS["H100"], GPUS["A100"]
+    fp32, bw = h100.peak("fp32"), h100.hbm_bandwidth
+    cases = [(fp32, bw, 16500, 24928), (fp32, bw, 2 * 4096 ** 3, 3 * 4 * 4096 ** 2),
              (1.5e11, 2.3e10, 1e9, 1e7), (1.5e11, 2.3e10, 1e6, 1e6),
-             (989.5e12, 3.35e12, 1e12, 1e9), (19.5e12, 2.039e12, 3e6, 1e6)]
+             (h100.peak("bf16"), bw, 1e12, 1e9),
+             (a100.peak("fp32"), a100.hbm_bandwidth, 3e6, 1e6)]
     for peak, bw, f, q in cases:
         got = answer(peak, bw, f, q)
         if not isinstance(got, tuple) or len(got) != 2:
@@ -129,7 +132,8 @@ def _(answer):
 @exercise("1.5", "Little's law: loads in flight", reference=loads_in_flight,
           binds="loads_in_flight")
 def _(answer):
-    cases = [(500e-9, 3.35e12, 4), (500e-9, 4.8e12, 16), (80e-9, 2.3e10, 8), (1e-6, 1e9, 1)]
+    cases = [(500e-9, GPUS["H100"].hbm_bandwidth, 4), (500e-9, GPUS["H200"].hbm_bandwidth, 16),
+             (80e-9, 2.3e10, 8), (1e-6, 1e9, 1)]
     for lat, bw, b in cases:
         got = answer(lat, bw, b)
         want = lat * bw / b

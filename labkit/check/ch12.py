@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from labkit.check.core import Wrong, exercise
+from labkit.hardware import GPUS
 from labkit.perf.deploy import int8_linear_bytes
 from labkit.perf.metrics import mfu
 from labkit.perf.stats import percentile, speedup_ci
@@ -62,7 +63,7 @@ def _unsorted(x, q):
 @exercise("12.2", "MFU of a run", reference=mfu, binds="mfu")
 def _(answer):
     cases = [(19072.0, 50000.0, 1.5e11, True), (19072.0, 50000.0, 1.5e11, False),
-             (2 * 7e9, 3000.0, 8 * 989.5e12, True), (1e6, 1.0, 1e12, True)]
+             (2 * 7e9, 3000.0, 8 * GPUS["H100"].peak("bf16"), True), (1e6, 1.0, 1e12, True)]
     for f, s, peak, tr in cases:
         got = answer(f, s, peak, tr)
         want = mfu(f, s, peak, tr)

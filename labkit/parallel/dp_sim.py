@@ -55,8 +55,8 @@ OPTIMIZER_BYTES_PER_PARAM = 20.0
 momentum: 5 × 4 bytes per parameter, at HBM bandwidth (a memory-bound elementwise pass)."""
 
 PRECISION = "fp16"
-"""One precision for every preset: dense FP16 tensor-core peak (V100 125, A100 312, H100
-989.5 TFLOPS; :mod:`labkit.hardware`), as mixed-precision training runs its matmuls."""
+"""One precision for every preset: the dense FP16 tensor-core peak of
+:mod:`labkit.hardware`, as mixed-precision training runs its matmuls."""
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,8 @@ HARDWARE = {
                "GB/s per direction (PCI-SIG), shared by GPU pairs behind a switch; 100 Gb/s "
                "EDR InfiniBand per node"),
     "8× V100 NVLink (DGX-1)": Hardware(
-        "8× V100 NVLink (DGX-1)", "V100", 150 * GB, 5e-6, 8, 50 * GB / 8, 5e-6,
+        "8× V100 NVLink (DGX-1)", "V100", GPUS["V100"].nvlink_per_direction, 5e-6,
+        8, 50 * GB / 8, 5e-6,
         source="GPU rates: labkit.hardware V100 (FP16 tensor core); NVLink 2.0 300 GB/s "
                "total (150 per direction); DGX-1: 4× 100 Gb/s EDR InfiniBand per node"),
     "8× A100 PCIe 4.0": Hardware(
@@ -125,11 +126,13 @@ HARDWARE = {
         source="GPU rates: labkit.hardware A100 (FP16 tensor core); PCIe 4.0 ×16 64 GB/s "
                "(31.5 per direction), shared by GPU pairs; 200 Gb/s HDR InfiniBand per GPU"),
     "8× A100 NVLink (DGX A100)": Hardware(
-        "8× A100 NVLink (DGX A100)", "A100", 300 * GB, 5e-6, 8, 25 * GB, 5e-6,
+        "8× A100 NVLink (DGX A100)", "A100", GPUS["A100"].nvlink_per_direction, 5e-6,
+        8, 25 * GB, 5e-6,
         source="GPU rates: labkit.hardware A100 (FP16 tensor core); NVLink 3 600 GB/s total "
                "(300 per direction); DGX A100: 8× 200 Gb/s HDR InfiniBand (25 GB/s per GPU)"),
     "8× H100 NVLink (DGX H100)": Hardware(
-        "8× H100 NVLink (DGX H100)", "H100", 450 * GB, 4e-6, 8, 50 * GB, 4e-6,
+        "8× H100 NVLink (DGX H100)", "H100", GPUS["H100"].nvlink_per_direction, 4e-6,
+        8, 50 * GB, 4e-6,
         source="GPU rates: labkit.hardware H100 SXM (FP16 tensor core); NVLink 4 900 GB/s "
                "total (450 per direction); DGX H100: 8× 400 Gb/s NDR (50 GB/s per GPU)"),
 }
