@@ -58,8 +58,9 @@ def _gpu_rows(rng: np.random.Generator) -> list[Row]:
     from labkit.kernels import library as lib
     from labkit.kernels import ops
     from labkit.kernels.numba_run import compiled
+    from labkit.kernels.timing import device_name, event_seconds, hardware_key
 
-    key = gpu_check._gpu_key(gpu_check._device_name())
+    key = hardware_key(device_name())
     rows = []
     n = 4096
     a = rng.standard_normal((n, n)).astype(np.float32)
@@ -67,7 +68,7 @@ def _gpu_rows(rng: np.random.Generator) -> list[Row]:
                                         blocked=dict(bm=128, bn=128, bk=8, tm=8, tn=8))
     kernel = compiled(fn)
     da, dc = cuda.to_device(a), cuda.device_array((n, n), dtype=np.float32)
-    mine = gpu_check.time_events(lambda: kernel[grid, block](da, da, dc), 5)
+    mine = event_seconds(lambda: kernel[grid, block](da, da, dc), 5)
     try:
         ref = gpu_check._torch_matmul_seconds(a, 5)
         rows.append(Row("kernels: 2-D register-blocked matmul 4096^3 FP32 (GPU)", mine, ref,
@@ -80,7 +81,7 @@ def _gpu_rows(rng: np.random.Generator) -> list[Row]:
         out = cuda.device_array(1, dtype=np.float32)
         blocks = ops.fast_reduction_blocks(size, 256, "numba")
         red = compiled(lib.reduce_fast(256))
-        secs = gpu_check.time_events(lambda: red[blocks, 256](x, out), 10)
+        secs = event_seconds(lambda: red[blocks, 256](x, out), 10)
         rows.append(Row("kernels: reduce_fast 2^28 float32 (GPU)", secs,
                         4.0 * size / hardware.gpu(key).hbm_bandwidth,
                         f"{key} HBM peak (data sheet)", goal=">= 0.8x"))

@@ -39,12 +39,13 @@ def gpu_report() -> None:
     predict here (``python benchmarks/bench_perf.py --gpu``)."""
     import torch
 
+    from labkit.hardware import GPUS
+    from labkit.kernels.timing import hardware_key
     from labkit.perf import benchmark, stack
     from labkit.perf.machine import measure_machine
 
     name = torch.cuda.get_device_name()
-    key = "H200" if "H200" in name else "H100" if "H100" in name else "A100"
-    from labkit.hardware import GPUS
+    key = hardware_key(name, default="A100")      # an unknown GPU is compared with an A100
     peak = GPUS[key].peak("fp32")
     print(f"device: {name} (data sheet {key}, fp32 peak {peak / 1e12:.1f} TFLOP/s)")
     a = torch.randn(4096, 4096, device="cuda")

@@ -30,7 +30,8 @@ from typing import Callable
 import numpy as np
 
 import labkit  # selects the real GPU or the simulator before numba is imported
-from labkit.kernels.timing import event_seconds as time_events  # CUDA events, one source
+# CUDA events, the device's name and its labkit.hardware key, matmul timing: one source
+from labkit.kernels.timing import device_name, event_seconds, hardware_key, time_matmul
 
 MATMUL_GOAL = 0.30       # 2-D register-blocked / torch.matmul FP32 at 4096^3 (issue 15)
 REDUCTION_GOAL = 0.80    # reduce_fast / HBM peak at 2^28 float32 (issue 15)
@@ -47,19 +48,6 @@ class Context:
 
     def size(self, what: str, quick: int, full: int) -> int:
         return self.sizes.get(what, quick if self.quick else full)
-
-
-def _device_name() -> str:
-    from numba import cuda
-    name = cuda.get_current_device().name
-    return name.decode() if isinstance(name, bytes) else str(name)
-
-
-def _gpu_key(name: str) -> str | None:
-    for key in ("H200", "H100", "A100", "V100"):
-        if key in name.upper():
-            return key
-    return None
 
 
 # ---- 1. correctness -------------------------------------------------------------------------
@@ -160,7 +148,7 @@ def section_timing(ctx: Context) -> list[str]:
     kernel[grid, block](da, db, dc)                                # returns before it ends
     no_sync = time.perf_counter() - t0
     cuda.synchronize()
-    events = time_events(lambda: kernel[grid, block](da, db, dc), 5)
+    events = event_seconds(lambda: kernel[grid, block](da, db, dc), 5)
     ctx.results["timing"] = dict(first=first, with_copies=with_copies, no_sync=no_sync,
                                  events=events)
     print(f"  tiled 32 matmul {size}^3:")
@@ -174,11 +162,6 @@ def section_timing(ctx: Context) -> list[str]:
 
 # ---- 3. the matmul ladder ----------------------------------------------------------------
 
-LADDER_LAUNCHES = (
-    ("naive", dict(tile=16)), ("coalesced", dict(tile=16)), ("tiled", dict(tile=32)),
-    ("register", dict(tile=64, rows=4)),
-    ("register2d", dict(blocked=dict(bm=128, bn=128, bk=8, tm=8, tn=8))),
-)
 REGISTER2D_TRIALS = (      # more 2-D tile shapes, timed after the ladder (ptxas 13.x sm_90
     dict(bm=64, bn=64, bk=8, tm=4, tn=4),       # 56   registers, benchmarks/ptx_report.py)
     dict(bm=128, bn=64, bk=8, tm=8, tn=4),      # 92
@@ -220,11 +203,10 @@ def _torch_matmul_seconds(a: np.ndarray, repeats: int) -> float:
 
 
 def section_matmul(ctx: Context) -> list[str]:
+    """The ladder at its launch shapes (``models.LADDER_SHAPES``), then more 2-D tiles."""
     from numba import cuda
 
-    from labkit.kernels import ops
-    from labkit.kernels.models import predict_matmul
-    from labkit.kernels.numba_run import compiled
+    from labkit.kernels.models import LADDER, predict_matmul
 
     size = ctx.size("matmul", 1024, 4096)
     repeats = ctx.size("repeats", 3, 5)
@@ -233,35 +215,28 @@ def section_matmul(ctx: Context) -> list[str]:
     flops = 2.0 * size ** 3
     da, db = cuda.to_device(a), cuda.to_device(a)
     dc = cuda.device_array((size, size), dtype=np.float32)
-    poison = np.full((size, size), np.nan, dtype=np.float32)
     failures, seconds = [], {}
     previous = None
-    for variant, kw in LADDER_LAUNCHES:
-        grid, block, fn = ops.matmul_launch(variant, size, size, **kw)
-        kernel = compiled(fn)
-        dc.copy_to_device(poison)           # a kernel that skips an output cannot pass
-        secs = time_events(lambda: kernel[grid, block](da, db, dc), repeats)
-        ok = np.allclose(dc.copy_to_host(), want, rtol=1e-3, atol=1e-2 * math.sqrt(size))
-        seconds[variant] = secs
+    for variant in LADDER:
+        # time_matmul fills c with NaN first: a kernel that skips an output cannot pass
+        run = time_matmul(variant, da, db, dc, want, repeats)
+        secs = seconds[variant] = run.seconds
         step = f"  x{previous / secs:5.2f} vs previous" if previous else " " * 22
         pred = (f"  model {predict_matmul(size, variant, ctx.gpu_key).tflops:6.2f}"
                 if ctx.gpu_key in ("A100", "H100", "H200") else "")
-        print(f"  {variant:11s} {secs * 1e3:9.3f} ms {flops / secs / 1e12:7.2f} TFLOP/s"
-              f"{step}{pred}  {'ok' if ok else 'WRONG RESULT'}  {_registers(kernel)}")
+        print(f"  {variant:11s} {secs * 1e3:9.3f} ms {run.tflops:7.2f} TFLOP/s"
+              f"{step}{pred}  {'ok' if run.correct else 'WRONG RESULT'}  "
+              f"{_registers(run.kernel)}")
         previous = secs
-        if not ok:
+        if not run.correct:
             failures.append(f"matmul_{variant}")
     for shape in REGISTER2D_TRIALS:
         label = "register2d " + ",".join(str(v) for v in shape.values())
-        grid, block, fn = ops.matmul_launch("register2d", size, size, blocked=shape)
-        kernel = compiled(fn)
-        dc.copy_to_device(poison)
-        secs = time_events(lambda: kernel[grid, block](da, db, dc), repeats)
-        ok = np.allclose(dc.copy_to_host(), want, rtol=1e-3, atol=1e-2 * math.sqrt(size))
-        seconds[label] = secs
-        print(f"  {label:24s} {secs * 1e3:9.3f} ms {flops / secs / 1e12:7.2f} TFLOP/s  "
-              f"{'ok' if ok else 'WRONG RESULT'}  {_registers(kernel)}")
-        if not ok:
+        run = time_matmul("register2d", da, db, dc, want, repeats, shape)
+        seconds[label] = run.seconds
+        print(f"  {label:24s} {run.seconds * 1e3:9.3f} ms {run.tflops:7.2f} TFLOP/s  "
+              f"{'ok' if run.correct else 'WRONG RESULT'}  {_registers(run.kernel)}")
+        if not run.correct:
             failures.append(f"matmul_{label.replace(' ', '_')}")
     ctx.results["matmul"] = {v: flops / s / 1e12 for v, s in seconds.items()}
     try:
@@ -314,7 +289,7 @@ def section_reduction(ctx: Context) -> list[str]:
     for label, fn in (("tree, sequential (1st pass)", lib.reduce_shared(block)),
                       ("warp shuffles (1st pass)", lib.reduce_warp(block))):
         kernel = compiled(fn)
-        secs = time_events(lambda: kernel[cdiv(n, block), block](dx, partial), repeats)
+        secs = event_seconds(lambda: kernel[cdiv(n, block), block](dx, partial), repeats)
         report(label, secs, float(partial.copy_to_host().astype(np.float64).sum()))
     sms = getattr(cuda.get_current_device(), "MULTIPROCESSOR_COUNT", 1)
     best = 0.0
@@ -322,7 +297,7 @@ def section_reduction(ctx: Context) -> list[str]:
         blocks = fast_reduction_blocks(n, block, "numba", per_sm=per_sm)
         kernel = compiled(lib.reduce_fast(block))
         out = cuda.device_array(1, dtype=np.float32)
-        secs = time_events(lambda: kernel[blocks, block](dx, out), repeats)
+        secs = event_seconds(lambda: kernel[blocks, block](dx, out), repeats)
         out.copy_to_device(np.zeros(1, np.float32))             # one clean run for the value
         kernel[blocks, block](dx, out)
         cuda.synchronize()
@@ -374,8 +349,8 @@ def main(argv: list[str]) -> int:
         if unknown:
             print(f"unknown sections {unknown}; known: {', '.join(SECTIONS)}")
             return 2
-    name = _device_name()
-    ctx = Context("--quick" in argv, np.random.default_rng(0), name, _gpu_key(name))
+    name = device_name()
+    ctx = Context("--quick" in argv, np.random.default_rng(0), name, hardware_key(name))
     print(f"device: {name}; data sheet: {ctx.gpu_key or 'none'}")
     t0 = time.perf_counter()
     failures = []

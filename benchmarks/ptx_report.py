@@ -1,9 +1,9 @@
-"""What the compiler made of the matmul ladder: registers, spills, stack and the SASS
-instruction mix of each kernel's inner loop, without a GPU.
+"""What the compiler made of the matmul ladder and the reductions: registers, spills,
+stack and the SASS instruction mix of each kernel's inner loop, without a GPU.
 
     PYTHONPATH=. /tmp/ptx/venv/bin/python benchmarks/ptx_report.py [--arch sm_90]
-        [--gpu H200] [--cuda-bin DIR] [--only register2d,register]
-        [--blocked 64,64,8,4,4 ...] [--sass-dir DIR]
+        [--gpu H200] [--cuda-bin DIR] [--only register2d,register,reduce_fast]
+        [--blocked 64,64,8,4,4 ...] [--reduce 256,8 ...] [--sass-dir DIR]
 
 For each kernel of :data:`labkit.kernels.models.LADDER` (at the launch shapes
 :data:`~labkit.kernels.models.LADDER_SHAPES` that ``gpu_check.py`` times, plus every
@@ -21,7 +21,15 @@ For each kernel of :data:`labkit.kernels.models.LADDER` (at the launch shapes
 3. disassembles the cubin with ``cuobjdump -sass`` (which runs ``nvdisasm``) and counts the
    instructions of the inner loop — the innermost loop (backward branch) holding FFMAs —
    and of a whole phase of k (the loop around it that holds the barrier: the inner loop
-   times its trips plus the tile loads), per thread.
+   times its trips plus the tile loads), per thread. Where a phase has a path for full
+   tiles beside the guarded one, the phase counts the full tiles' (the shortest) path.
+
+For the reductions of :data:`REDUCTIONS` (the first passes ``gpu_check.py`` times, plus
+``reduce_fast`` at every ``--reduce block,unroll``) it counts the loop that loads most
+(the grid-stride loop; the whole kernel where no loop loads): its global loads, its
+instructions per element loaded, the integer ones among them, and ``wrap``, the
+``SHF.R.S32.HI ..., 0x1f`` that take the sign of a 64-bit index — numba's negative-index
+wrap-around, which a loop over indices proven >= 0 does not have.
 
 What to look for: an inner loop of FFMAs and shared loads (LDS, LDS.128) with few integer
 instructions (address arithmetic, numba's negative-index wrap-around, 64-bit index math),
@@ -45,7 +53,7 @@ about 1 GB; numba-cuda 0.30.4's ``cu13`` extra brings libnvvm, libdevice and lib
 ``site-packages/nvidia/cu13/bin`` and are found there; elsewhere give ``--cuda-bin DIR``
 or ``$LABKIT_CUDA_BIN``, or put them on ``PATH``; ``ptxas`` must be at least as new as
 libnvvm (CUDA 13.0's refuses the PTX ISA 9.5 that 13.5's libnvvm writes; with that line
-lowered by hand it gave the same registers: 128 for register2d, 56 for register). This
+lowered by hand it gave the same registers: 124 for register2d, 54 for register). This
 course's development machine has CUDA 13.0's ``ptxas`` and libnvvm in
 ``/usr/local/cuda-13.0`` but no libnvrtc, cuobjdump or nvdisasm, so the project's
 ``.venv`` alone cannot run the report. The script sets
@@ -95,6 +103,9 @@ class KernelReport:
     phase_instructions: float = 0.0   # per thread and phase of k
     phase_ffma: int = 0
     local_anywhere: int = 0           # LDL/STL in the whole kernel
+    loads: int = 0                    # LDG in the loop that loads most (load_loop)
+    load_mix: Counter = field(default_factory=Counter)  # COLUMNS of that loop
+    wrap: int = 0                     # its sign extractions of 64-bit indices
 
     @property
     def ffma_share(self) -> float:
@@ -151,11 +162,12 @@ _PTXAS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 _SASS = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 
 
-def ptx_of(fn, cc: tuple[int, int]) -> str:
-    """PTX of the ladder kernel ``fn(numba.cuda)`` for (a, b, c) C-contiguous float32, with
+def ptx_of(fn, cc: tuple[int, int], arrays: int = 3, ndim: int = 2) -> str:
+    """PTX of the kernel ``fn(numba.cuda)`` for ``arrays`` C-contiguous float32 arrays of
+    ``ndim`` dimensions (a ladder matmul's (a, b, c); a reduction's (a, out): 2, 1), with
     the factory's ``launch_bounds`` (``fn.jit_options``) where it states them."""
     from numba import cuda, float32
-    sig = (float32[:, ::1], float32[:, ::1], float32[:, ::1])
+    sig = (float32[:, ::1] if ndim == 2 else float32[::1],) * arrays
     options = {k: v for k, v in getattr(fn, "jit_options", {}).items() if k == "launch_bounds"}
     ptx, _ = cuda.compile_ptx(fn(cuda), sig, cc=cc, **options)
     return ptx
@@ -270,6 +282,24 @@ def phase_loop(instrs: list[Instr], inner: list[Instr]) -> list[Instr] | None:
     return min(around, key=len) if around else None
 
 
+def load_loop(instrs: list[Instr]) -> list[Instr]:
+    """The innermost loop with the most global loads (LDG), the first in the listing if
+    several (the main loop: the compiler puts a copy it unrolled from a remainder loop
+    after it), or the whole kernel if no loop loads (one element per thread)."""
+    def ldg(body):
+        return sum(op.startswith("LDG") for _, op, _ in body)
+    with_ldg = [b for b in loops(instrs) if ldg(b)]
+    innermost = [b for b in with_ldg if not any(_inside(o, b) for o in with_ldg)]
+    return max(innermost, key=lambda b: (ldg(b), -b[0][0])) if innermost else instrs
+
+
+def wraps(body: list[Instr]) -> int:
+    """Sign extractions of a 64-bit index (``SHF.R.S32.HI Rd, RZ, 0x1f, Rs``): what numba's
+    negative-index wrap-around ``i + (i < 0) * n`` compiles to."""
+    return sum(op.startswith("SHF.R.S32.HI") and re.search(r",\s*0x1f\s*,", text) is not None
+               for _, op, text in body)
+
+
 def mix(body: list[Instr]) -> tuple[Counter, Counter]:
     """(COLUMNS counts, opcode counts) of a list of instructions."""
     cols, ops = Counter(), Counter()
@@ -280,16 +310,65 @@ def mix(body: list[Instr]) -> tuple[Counter, Counter]:
     return cols, ops
 
 
+def conditional(sass: str) -> set[int]:
+    """Addresses of the guarded (``@P0``, ``@!P1``) branches and exits of a listing: the
+    ones that may fall through."""
+    out = set()
+    for line in sass.splitlines():
+        m = _SASS.match(line)
+        if m and re.match(r"@!?U?P[0-9]+\s+(BRA|EXIT)", m[2]):
+            out.add(int(m[1], 16))
+    return out
+
+
+def shortest_path(body: list[Instr], guarded: set[int],
+                  inner: list[Instr] | None = None) -> list[Instr]:
+    """The fewest instructions that take a loop ``body`` from its first instruction to its
+    back branch (the last), following its forward branches either way (a guarded branch
+    may also fall through); ``inner``, a loop inside it, is passed straight through once.
+    For a phase loop with a path for full tiles (no guard fails) beside the guarded one,
+    that is the full tiles' path."""
+    lo, hi = _span(inner) if inner else (-1, -1)
+    where = {a: p for p, (a, _, _) in enumerate(body)}
+    best: list[tuple[int, int] | None] = [None] * len(body)   # (instructions, came from)
+    best[0] = (0, -1)
+    for p, (a, op, text) in enumerate(body[:-1]):
+        if best[p] is None:
+            continue
+        nxt = [p + 1]
+        if not lo <= a <= hi and (op.startswith("BRA") or op == "EXIT"):
+            target = re.search(r"0x([0-9a-f]+)", text) if op.startswith("BRA") else None
+            nxt = [p + 1] if a in guarded else []
+            if target and int(target[1], 16) in where and int(target[1], 16) > a:
+                nxt.append(where[int(target[1], 16)])
+        for q in nxt:
+            if best[q] is None or best[p][0] + 1 < best[q][0]:
+                best[q] = (best[p][0] + 1, p)
+    if best[-1] is None:
+        return body
+    path, p = [], len(body) - 1
+    while p >= 0:
+        path.append(body[p])
+        p = best[p][1]
+    return path[::-1]
+
+
 def phase_cost(instrs: list[Instr], inner: list[Instr],
-               ffma_per_phase: int | None) -> tuple[float, int]:
+               ffma_per_phase: int | None, guarded: set[int] | None = None
+               ) -> tuple[float, int]:
     """(instructions, FFMAs) one thread issues per phase of k. The inner loop runs
     (F - FFMAs outside it) / (its FFMAs) times per phase, F = ``ffma_per_phase``; without
-    phases (or F) the inner loop itself is the unit."""
+    phases (or F) the inner loop itself is the unit. With ``guarded`` (:func:`conditional`)
+    the phase is its :func:`shortest_path` (a full tile's, where the kernel has one), else
+    every instruction of the phase loop counts."""
     phase = phase_loop(instrs, inner) if ffma_per_phase else None
     if phase is None:
         return float(len(inner)), _ffma(inner)
     if phase is inner:                       # unrolled k steps: one or more phases per trip
-        return len(inner) * ffma_per_phase / _ffma(inner), ffma_per_phase
+        path = inner if guarded is None else shortest_path(inner, guarded)
+        return len(path) * ffma_per_phase / _ffma(path), ffma_per_phase
+    if guarded is not None:
+        phase = shortest_path(phase, guarded, inner)
     lo, hi = _span(inner)
     rest = [x for x in phase if not lo <= x[0] <= hi]
     trips = (ffma_per_phase - _ffma(rest)) / _ffma(inner)
@@ -298,15 +377,17 @@ def phase_cost(instrs: list[Instr], inner: list[Instr],
 
 def report(name: str, fn, tools: dict[str, str], arch: str = "sm_90",
            sass_dir: Path | None = None, ffma_per_phase: int | None = None,
-           threads: int = 0, gpu: str = "H200") -> KernelReport:
+           threads: int = 0, gpu: str = "H200", arrays: int = 3,
+           ndim: int = 2) -> KernelReport:
     """ptxas numbers of ``fn`` (with ``threads`` per block: the blocks that fit on an SM of
     ``gpu``) and, with the SASS tools, its inner loop's and phase's mix
-    (``ffma_per_phase``: FMAs one thread does per phase of k)."""
+    (``ffma_per_phase``: FMAs one thread does per phase of k) and its :func:`load_loop`'s;
+    ``arrays`` and ``ndim`` as in :func:`ptx_of`."""
     major, minor = re.fullmatch(r"sm_(\d+)(\d)", arch).groups()   # sm_90 -> (9, 0)
     cc = (int(major), int(minor))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(sass_dir or tmp)
-        ptx = ptx_of(fn, cc)
+        ptx = ptx_of(fn, cc, arrays, ndim)
         cap = getattr(fn, "jit_options", {}).get("max_registers")
         stats, sass = assemble(ptx, tools, arch, work, name, cap)
         stats["limits"] = limits(ptx, cap)
@@ -321,11 +402,14 @@ def report(name: str, fn, tools: dict[str, str], arch: str = "sm_90",
     instrs = parse_sass(sass)
     inner = inner_loop(instrs)
     loop, ops = mix(inner)
-    instructions, ffma = phase_cost(instrs, inner, ffma_per_phase)
+    instructions, ffma = phase_cost(instrs, inner, ffma_per_phase, conditional(sass))
     local = sum(category(op) == "LDL/STL" for _, op, _ in instrs)
+    loading = load_loop(instrs)
+    load_mix, _ = mix(loading)
     return KernelReport(name, threads=threads, has_sass=True, loop=loop, loop_ops=ops,
                         phase_instructions=instructions, phase_ffma=ffma,
-                        local_anywhere=local, **stats)
+                        local_anywhere=local, loads=load_mix["LDG"], load_mix=load_mix,
+                        wrap=wraps(loading), **stats)
 
 
 # ---- the ladder -------------------------------------------------------------------------
@@ -358,15 +442,61 @@ def ladder(blocked: list[dict], only: set[str] | None) -> list[tuple]:
     return out
 
 
-def print_table(reports: list[KernelReport]) -> None:
-    print(f"{'kernel':26s} {'limits':>6s} {'regs':>4s} {'stack':>5s} {'spills':>7s} "
-          f"{'smem':>6s} {'blocks/SM':>9s} | inner loop "
-          + " ".join(f"{c:>7s}" for c in COLUMNS) + "  FFMA % | per phase: instr  FFMA %")
+REDUCTIONS = {"reduce_shared": dict(block=256), "reduce_warp": dict(block=256),
+              "reduce_fast": dict(block=256, unroll=4)}
+"""The reductions of the report at ``gpu_check.py``'s shapes (``reduce_fast`` with its
+default ``unroll``)."""
+
+
+def reductions(extra: list[dict], only: set[str] | None) -> list[tuple]:
+    """(name, kernel fn, threads per block) of :data:`REDUCTIONS` and of ``reduce_fast`` at
+    every ``extra`` shape."""
+    from labkit.kernels import library as lib
+    out = []
+    for kernel, shape in REDUCTIONS.items():
+        if only and kernel not in only:
+            continue
+        for s in [shape] + (extra if kernel == "reduce_fast" else []):
+            out.append((f"{kernel}_" + "_".join(str(v) for v in s.values()),
+                        getattr(lib, kernel)(**s), s["block"]))
+    return out
+
+
+_HEAD = (f"{'kernel':26s} {'limits':>6s} {'regs':>4s} {'stack':>5s} {'spills':>7s} "
+         f"{'smem':>6s} {'blocks/SM':>9s} | ")
+
+
+def _head(r: KernelReport) -> str | None:
+    """A row's ptxas columns, printed here with the reason when there is no SASS to count
+    (then None)."""
+    head = (f"{r.name:26s} {r.limits:>6s} {r.registers:4d} {r.stack:5d} {r.spill_stores:3d}/"
+            f"{r.spill_loads:<3d} {r.shared_bytes:6d} {r.blocks_per_sm:4d} x{r.threads:<4d}|")
+    if r.has_sass:
+        return head
+    print(head + "  (no SASS: cuobjdump / nvdisasm not found)")
+    return None
+
+
+def print_loads(reports: list[KernelReport]) -> None:
+    """The reductions' table: per element loaded in the loop that loads most."""
+    print(_HEAD + f"load loop: {'LDG':>3s} {'instr':>5s} {'wrap':>4s} | per element: "
+          f"{'instr':>5s} {'integer':>7s}")
     for r in reports:
-        head = (f"{r.name:26s} {r.limits:>6s} {r.registers:4d} {r.stack:5d} {r.spill_stores:3d}/"
-                f"{r.spill_loads:<3d} {r.shared_bytes:6d} {r.blocks_per_sm:4d} x{r.threads:<4d}|")
-        if not r.has_sass:
-            print(head + "  (no SASS: cuobjdump / nvdisasm not found)")
+        head = _head(r)
+        if head is None:
+            continue
+        total = r.load_mix["total"]
+        per = (f"{total / r.loads:18.2f} {r.load_mix['integer'] / r.loads:7.2f}"
+               if r.loads else f"{'-':>18s} {'-':>7s}")
+        print(head + f" {r.loads:14d} {total:5d} {r.wrap:4d} | " + per)
+
+
+def print_table(reports: list[KernelReport]) -> None:
+    print(_HEAD + "inner loop " + " ".join(f"{c:>7s}" for c in COLUMNS)
+          + "  FFMA % | per phase: instr  FFMA %")
+    for r in reports:
+        head = _head(r)
+        if head is None:
             continue
         print(head + " " * 11 + " ".join(f"{r.loop[c]:7d}" for c in COLUMNS)
               + f" {r.ffma_share:7.1%} | {r.phase_instructions:15.0f} {r.phase_ffma_share:7.1%}")
@@ -384,9 +514,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arch", default="sm_90", help="ptxas target, sm_XY (default sm_90)")
     p.add_argument("--cuda-bin", help="folder with ptxas, cuobjdump, nvdisasm")
     p.add_argument("--gpu", default="H200", help="labkit.hardware GPU for blocks per SM")
-    p.add_argument("--only", help="comma-separated ladder variants (default: all)")
+    p.add_argument("--only", help="comma-separated ladder variants and reductions "
+                   "(default: all)")
     p.add_argument("--blocked", action="append", default=[],
                    help="another register2d shape bm,bn,bk,tm,tn (repeatable)")
+    p.add_argument("--reduce", action="append", default=[],
+                   help="another reduce_fast shape block,unroll (repeatable)")
     p.add_argument("--sass-dir", help="keep the PTX, cubin and SASS files here")
     args = p.parse_args(argv)
     if not re.fullmatch(r"sm_\d{2,3}", args.arch):
@@ -397,6 +530,12 @@ def main(argv: list[str] | None = None) -> int:
         if len(values) != 5:
             p.error(f"--blocked takes five integers bm,bn,bk,tm,tn, got {spec!r}")
         blocked.append(dict(zip(("bm", "bn", "bk", "tm", "tn"), values)))
+    extra = []
+    for spec in args.reduce:
+        values = [int(v) for v in spec.split(",") if v.strip().isdigit()]
+        if len(values) != 2:
+            p.error(f"--reduce takes two integers block,unroll, got {spec!r}")
+        extra.append(dict(zip(("block", "unroll"), values)))
 
     tools = find_tools(args.cuda_bin)
     if "ptxas" not in tools:
@@ -417,8 +556,14 @@ def main(argv: list[str] | None = None) -> int:
     sass_dir = Path(args.sass_dir) if args.sass_dir else None
     if sass_dir:
         sass_dir.mkdir(parents=True, exist_ok=True)
-    print_table([report(name, fn, tools, args.arch, sass_dir, per_phase, threads, args.gpu)
-                 for name, fn, per_phase, threads in ladder(blocked, only)])
+    matmuls = ladder(blocked, only)
+    if matmuls:
+        print_table([report(name, fn, tools, args.arch, sass_dir, per_phase, threads,
+                            args.gpu) for name, fn, per_phase, threads in matmuls])
+    reduce = reductions(extra, only)
+    if reduce:
+        print_loads([report(name, fn, tools, args.arch, sass_dir, threads=threads,
+                            gpu=args.gpu, arrays=2, ndim=1) for name, fn, threads in reduce])
     return 0
 
 

@@ -34,11 +34,13 @@ class Control:
 
 
 def int_slider(name: str, value: Any, low: int, high: int, description: str,
-               step: int = 1) -> Control:
-    """An IntSlider over [low, high] starting at ``value`` (an integer in that range)."""
+               step: int = 1, continuous_update: bool = True) -> Control:
+    """An IntSlider over [low, high] starting at ``value`` (an integer in that range);
+    ``continuous_update=False`` redraws only when the slider is released (a slow view)."""
     value = V.integer(name, value, low=low, high=high)
     return Control("IntSlider", dict(value=value, min=low, max=high, step=step,
-                                     description=description))
+                                     description=description,
+                                     continuous_update=continuous_update))
 
 
 def float_slider(name: str, value: Any, low: float, high: float, step: float,

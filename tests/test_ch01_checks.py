@@ -52,7 +52,7 @@ def test_1_2_rejects(wrong, hint):
 
 def test_1_3_and_1_4_and_1_5_reject_shortcuts():
     assert "bytes per FLOP" in evaluate("1.3", lambda p, b: b / p).message
-    assert evaluate("1.3", lambda p, b: p / b / 1e9).status == FAIL
+    assert "power of 1000" in evaluate("1.3", lambda p, b: p / b / 1e9).message
     v = evaluate("1.4", lambda p, b, f, q: (f / p, "compute-bound"))
     assert v.status == FAIL and "F/peak only" in v.message
     v = evaluate("1.4", lambda p, b, f, q: (f / p + q / b, ch01.roofline_bound(p, b, f, q)[1]))
@@ -61,3 +61,28 @@ def test_1_3_and_1_4_and_1_5_reject_shortcuts():
     assert v.status == FAIL and "compute-bound" in v.message
     assert "bytes in flight" in evaluate("1.5", lambda l, b, n: l * b).message
     assert "multiplies" in evaluate("1.5", lambda l, b, n: b / l / n).message
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda p, b: b / p, "bytes per FLOP"),
+    (lambda p, b: p / (8 * b), "no factor 8"),            # bandwidth taken as bits/s
+    (lambda p, b: 8 * p / b, "no factor 8"),
+    (lambda p, b: p / 1e12 / (b / 1e9), "power of 1000"),  # TFLOP/s over GB/s
+    (lambda p, b: p / b + 1, "Williams"),
+])
+def test_1_3_rejects(wrong, hint):
+    v = evaluate("1.3", wrong)
+    assert v.status == FAIL and hint in v.message, v.message
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda l, b, n: l * b, "bytes in flight"),
+    (lambda l, b, n: b / l / n, "multiplies"),
+    (lambda l, b, n: l / b / n, "multiplies"),
+    (lambda l, b, n: 8 * l * b / n, "no factor 8"),        # bytes taken as bits
+    (lambda l, b, n: l * b / (8 * n), "no factor 8"),
+    (lambda l, b, n: l * b / n / 32, "Little 1961"),       # per warp, not per thread
+])
+def test_1_5_rejects(wrong, hint):
+    v = evaluate("1.5", wrong)
+    assert v.status == FAIL and hint in v.message, v.message

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from labkit.check import evaluate, get
+from mutants import mutant
 
 
 def status(ex, answer):
@@ -113,51 +114,40 @@ def test_dce_that_calls_labkits_pass_fails():
 
 
 # ---- 2.6: backward over the learner's own order -----------------------------------------
+# answers written as the reference with one change (tests/mutants.py)
 
-def _backward_factory(*, overwrite=False, forward_order=False, replace_leaf=False,
-                      recursive=False):
-    from labkit.autograd import Tensor, local_vjp, topological_order
-
-    order = _recursive_topo if recursive else topological_order
-
-    def backward(loss):
-        grads = {id(loss): np.ones_like(loss.data)}
-        nodes = order(loss)
-        for node in (nodes if forward_order else reversed(nodes)):
-            g = grads.pop(id(node), None)
-            if g is None:
-                continue
-            if node.is_leaf:
-                if node.requires_grad:
-                    if node.grad is None or replace_leaf:
-                        node.grad = Tensor(g.copy())
-                    else:
-                        node.grad.data = node.grad.data + g
-                continue
-            for p, pg in local_vjp(node, g):
-                if overwrite or id(p) not in grads:
-                    grads[id(p)] = pg
-                else:
-                    grads[id(p)] = grads[id(p)] + pg
-    return backward
+_ACCUMULATE = "accumulate_grad(node, g)"
+_ADD = "grads[id(parent)] = grads[id(parent)] + pg if id(parent) in grads else pg"
+_ORDER = "reversed(topological_order(loss))"
 
 
 def test_backward_own_version_passes():
-    assert status("2.6", _backward_factory()).status == "pass"
+    """.grad accumulated by hand rather than by labkit's accumulate_grad."""
+    own = mutant(get("2.6").reference, _ACCUMULATE, """
+        if node.grad is None:
+            node.grad = Tensor(g.copy())
+        else:
+            node.grad.data = node.grad.data + g
+    """)
+    assert status("2.6", own).status == "pass"
 
 
-@pytest.mark.parametrize("kwargs, hint", [
-    (dict(overwrite=True), "+="),
-    (dict(forward_order=True), "in reverse"),
-    (dict(replace_leaf=True), "must add into .grad"),
+@pytest.mark.parametrize("old, new, hint", [
+    pytest.param(_ADD, "grads[id(parent)] = pg", "+=", id="overwrite"),
+    pytest.param(_ORDER, "topological_order(loss)", "in reverse", id="forward-order"),
+    pytest.param(_ACCUMULATE, "node.grad = Tensor(g.copy())", "must add into .grad",
+                 id="replace-leaf-grad"),
 ])
-def test_backward_wrong_answers(kwargs, hint):
-    v = status("2.6", _backward_factory(**kwargs))
+def test_backward_wrong_answers(old, new, hint):
+    v = status("2.6", mutant(get("2.6").reference, old, new))
     assert v.status == "fail" and hint in v.message, v.message
 
 
-def test_backward_recursive_order_crashes_on_the_deep_chain():
-    v = status("2.6", _backward_factory(recursive=True))
+def test_backward_recursive_order_crashes_on_the_deep_chain(monkeypatch):
+    """The order from a recursive depth-first search (2.1's tempting answer) overflows."""
+    from labkit.check import ch02
+    monkeypatch.setattr(ch02, "_recursive_topo", _recursive_topo, raising=False)
+    v = status("2.6", mutant(get("2.6").reference, _ORDER, "reversed(_recursive_topo(loss))"))
     assert v.status == "error" and "Recursion" in v.message
 
 

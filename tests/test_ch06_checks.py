@@ -63,3 +63,26 @@ def test_block_reference_equals_torch_measurement():
     from labkit.memory.measure import transformer_block_saved
     for s, b, h, a in [(7, 2, 40, 5), (12, 1, 24, 3)]:
         assert ch.block_saved_bytes(s, b, h, a) == transformer_block_saved(s, b, h, a).total_bytes
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (WRONG["6.1"][0], "parameters + gradients only"),
+    (WRONG["6.1"][1], "two states per parameter"),
+    (WRONG["6.1"][2], "count bytes"),
+    (lambda n, o: {"sgd": 8, "momentum": 16, "adam": 24}[o] * n, "Adam 2"),   # states as 8 B
+])
+def test_model_state_hints(wrong, hint):
+    v = evaluate("6.1", wrong)
+    assert v.status == "fail" and hint in v.message, v.message
+
+
+@pytest.mark.parametrize("i, hint", [(0, "left out the attention scores"), (1, "do not halve"),
+                                     (2, "not 5a/h")])
+def test_layer_activation_hints(i, hint):
+    v = evaluate("6.5", WRONG["6.5"][i])
+    assert v.status == "fail" and hint in v.message, v.message
+
+
+def test_layer_activation_other_answer_gets_the_formula():
+    v = evaluate("6.5", lambda s, b, h, a: s * b * h * 34 + 5 * a * s * s * b / 2)
+    assert v.status == "fail" and "sbh(34 + 5as/h)" in v.message, v.message

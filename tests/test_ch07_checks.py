@@ -33,6 +33,12 @@ def _no_cores(L, C, W, cores):
     (lambda L, C, W, cores: 1 / (L + C), "slowest"),
     (lambda L, C, W, cores: 1 / max(C, L / W, (L + C) / cores), "1/(L + C)"),
     (lambda L, C, W, cores: 1 / (L + C) if W == 0 else 1 / max(C, L / W, L / cores), "cores / (L + C)"),
+    (lambda L, C, W, cores: 1 / (L + C) if W == 0 else 1 / max(L / W, (L + C) / cores),
+     "at most 1/C"),
+    (lambda L, C, W, cores: L + C if W == 0 else max(C, L / W, (L + C) / cores),
+     "seconds per batch"),
+    (lambda L, C, W, cores: 0.9 / (L + C) if W == 0 else 1 / max(C, L / W, (L + C) / cores),
+     "1 / max(C, L/W, (L+C)/cores)"),
 ])
 def test_7_2_rejects(wrong, hint):
     v = evaluate("7.2", wrong)
@@ -69,7 +75,8 @@ def test_7_3_rejects(wrong, hint):
     (lambda L, C: L / C, "whole number"),
     (lambda L, C: math.floor(L / C), "round up"),
     (lambda L, C: round(L / C), "round up"),
-    (lambda L, C: math.ceil(L / C) + 1, "expected"),
+    (lambda L, C: math.ceil(L / C) + 1, "need W/L ≥ 1/C"),
+    (lambda L, C: math.ceil(C / L), "upside down"),
 ])
 def test_7_4_rejects(wrong, hint):
     v = evaluate("7.4", wrong)

@@ -40,6 +40,9 @@ def test_12_1_rejects(wrong, hint):
     (lambda f, s, p, t: f * s / p, "3 ×"),
     (lambda f, s, p, t: 100 * (3 if t else 1) * f * s / p, "fraction"),
     (lambda f, s, p, t: 3 * f * s / p, "forward pass only"),
+    (lambda f, s, p, t: (2 if t else 1) * f * s / p, "on top of the forward"),
+    (lambda f, s, p, t: (6 if t else 2) * f * s / p, "do not double"),
+    (lambda f, s, p, t: (3 if t else 1) * f * s / p / 8, "PaLM"),     # peak of one GPU of 8
 ])
 def test_12_2_rejects(wrong, hint):
     v = evaluate("12.2", wrong)
@@ -92,7 +95,8 @@ def test_12_3_rejects_a_level_typed_in():
     (lambda L: sum(i * o + o + 8 for i, o in L), "biases in fp32"),
     (lambda L: sum(i * o + 4 * o for i, o in L), "scale"),
     (lambda L: sum(i * o + o for i, o in L), "only the weights"),
-    (lambda L: sum(4 * (i * o + o) for i, o in L), "expected"),
+    (lambda L: sum(4 * (i * o + o) for i, o in L), "fp32 model"),
+    (lambda L: sum(i * o + 4 * o + 4 for i, o in L), "8 per layer"),      # scale only
 ])
 def test_12_4_rejects(wrong, hint):
     v = evaluate("12.4", wrong)

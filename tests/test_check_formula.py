@@ -56,3 +56,12 @@ def test_formula_exercises_are_registered_as_their_chapters():
     assert get("9.2").binds == "ring_allreduce_time"
     with pytest.raises(ValueError, match="registered twice"):     # another module, same id
         formula_exercise("11.2", "circles", _area, [(1.0, 1)], call=str, hint="")
+    # a reference from elsewhere in labkit (12.2's is labkit.perf.metrics') still counts
+    # as the chapter's: every exercise belongs to the module of its chapter
+    import importlib
+    from labkit.check.core import REGISTRY
+    for ch in range(13):
+        importlib.import_module(f"labkit.check.ch{ch:02d}")
+    assert get("12.2").reference.__module__ != "labkit.check.ch12"
+    assert {k: e.checker.__module__ for k, e in REGISTRY.items()} == {
+        k: f"labkit.check.ch{int(k.split('.')[0]):02d}" for k in REGISTRY}

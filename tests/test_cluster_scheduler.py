@@ -133,14 +133,6 @@ def test_invariants(policy, placement):
             assert r.start[k] <= t + 1e-9
 
 
-def test_easy_full_rescan_gives_the_same_schedule(monkeypatch):
-    jobs = generate_jobs(600, total_gpus=64, load=0.9, seed=0)
-    fast = simulate(jobs, Cluster(8, 8), "easy")
-    monkeypatch.setattr(S, "_FULL_RESCAN", True)
-    slow = simulate(jobs, Cluster(8, 8), "easy")
-    np.testing.assert_array_equal(fast.start, slow.start)
-
-
 def _naive_easy(jobs, total):
     """EASY on a pool, written the slow obvious way, to compare against."""
     n = len(jobs)

@@ -66,6 +66,21 @@ def test_float_formats_against_numpy_and_torch():
         round_to(1.0, "fp8")
 
 
+def test_round_to_float64_inputs_rounding_and_overflow():
+    # fp16 rounds a float64 once: 1 + 2^-11 + 2^-40 is above the tie, so up to 1 + 2^-10
+    # (torch casts through float32, loses the 2^-40 and ties to even: 1.0)
+    assert round_to(1 + 2 ** -11 + 2 ** -40, "fp16") == 1 + 2 ** -10
+    # bf16 rounds a float64 through float32, as torch does: the same input class ties to 1.0
+    x = 1 + 2 ** -8 + 2 ** -30
+    assert round_to(x, "bf16") == torch.tensor([x], dtype=torch.float64).to(torch.bfloat16).item() == 1.0
+    with np.errstate(all="raise", under="ignore"):
+        big = round_to([1e39, -1e39, 7e4, np.nan], "bf16")
+        assert np.array_equal(round_to([7e4, 65519.0], "fp16"), [np.inf, 65504.0])
+        assert round_to(1e39, "fp32") == np.inf
+    assert big[:2].tolist() == [np.inf, -np.inf] and big[2] == 70144.0 and np.isnan(big[3])
+    assert round_to(np.float32(1.5), "bf16").dtype == np.float64
+
+
 def test_loss_scaling_rescues_underflow():
     g = np.array([1e-8, 3e-8, 1e-6, 1e-3])
     assert underflow_fraction(g, "fp16") == pytest.approx(0.25)     # 1e-8 < 2^-25 rounds to 0

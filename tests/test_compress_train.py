@@ -67,4 +67,10 @@ def test_widget_functions_numbers(capsys):
     assert rel.max() < 0.01
     with pytest.raises(ValueError, match="grads"):
         widgets.scaling_widget(grads=[])
+    with pytest.raises(ValueError, match=r"log2_scale must be an integer in \[0, 40\]"):
+        widgets.scaling_widget(log2_scale=41)
+    with pytest.raises(ValueError, match=r"bits must be an integer in \[2, 8\]"):
+        widgets.quant_widget(bits=1)
+    with pytest.raises(TypeError, match="per_channel must be True or False"):
+        widgets.quant_widget(per_channel=1)
     matplotlib.pyplot.close("all")

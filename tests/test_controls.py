@@ -10,6 +10,8 @@ from labkit.controls import (checkbox, choice_slider, dropdown, fixed, float_sli
 def test_sliders_span_the_range_they_validate():
     s = int_slider("jobs", 40, 20, 3000, "jobs", step=20).build()
     assert (s.value, s.min, s.max, s.step, s.description) == (40, 20, 3000, 20, "jobs")
+    assert s.continuous_update is True
+    assert int_slider("n", 3, 1, 9, "n", continuous_update=False).build().continuous_update is False
     f = float_slider("p", 0.05, 0, 0.5, 0.01, "P").build()
     assert (f.value, f.min, f.max, f.step) == (0.05, 0, 0.5, 0.01)
     g = log_slider("mtbf_hours", 8.0, 0.5, 200, 0.05, "MTBF").build()

@@ -6,19 +6,15 @@ import pytest
 
 from labkit.dataload import plots, widgets
 from labkit.dataload.sim import PipelineConfig, simulate
+from widget_checks import first_slider_changes_output
 
 matplotlib.use("Agg")
 
 
 @pytest.mark.parametrize("name", ["machine_widget", "steps_widget"])
 def test_first_slider_changes_output(name, capsys):
-    w = getattr(widgets, name)(PipelineConfig(batches=30))
-    before = capsys.readouterr().out
-    slider = w.children[0]
-    slider.value = slider.value + 3
-    after = capsys.readouterr().out
-    assert before and after and before != after
-    matplotlib.pyplot.close("all")
+    first_slider_changes_output(getattr(widgets, name)(PipelineConfig(batches=30)), capsys,
+                                steps=3)
 
 
 def test_widget_arguments_validated():
@@ -26,6 +22,26 @@ def test_widget_arguments_validated():
         widgets.machine_widget(max_workers=0)
     with pytest.raises(TypeError, match="base"):
         widgets.steps_widget(base=3)
+    with pytest.raises(TypeError, match="base"):
+        widgets.machine_widget(base=3)
+    # a config the sliders cannot show is an error, not a slider silently clamped
+    with pytest.raises(ValueError, match=r"base.cores must be an integer in \[1, 64\]"):
+        widgets.machine_widget(PipelineConfig(cores=128))
+    with pytest.raises(ValueError, match=r"base.num_workers .*\[0, 32\]"):
+        widgets.steps_widget(PipelineConfig(num_workers=33))
+    with pytest.raises(ValueError, match=r"base.prefetch_factor .*\[1, 8\]"):
+        widgets.steps_widget(PipelineConfig(prefetch_factor=9))
+
+
+def test_cost_sliders_start_at_the_config(capsys):
+    w = widgets.machine_widget(PipelineConfig(batch_size=16, decode_s=1e-3, augment_s=2e-3,
+                                              compute_s=0.2, batches=30))
+    load, step = w.children[1], w.children[2]
+    assert (load.value, load.max) == (48.0, 100.0) and (step.value, step.max) == (200.0, 400.0)
+    w = widgets.machine_widget(PipelineConfig(decode_s=0, augment_s=0, batches=30))
+    assert w.children[1].value == w.children[1].min == 0.5     # below the slider: its end
+    assert capsys.readouterr().out
+    matplotlib.pyplot.close("all")
 
 
 def test_show_machine_numbers(capsys):

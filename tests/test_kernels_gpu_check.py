@@ -23,7 +23,7 @@ def _module():
 def test_sections_and_no_gpu_exit(capsys):
     g = _module()
     assert list(g.SECTIONS) == ["kernels", "timing", "matmul", "reduction", "allocator"]
-    assert g._gpu_key("NVIDIA H200") == "H200" and g._gpu_key("Tesla T4") is None
+    assert g.hardware_key("NVIDIA H200") == "H200" and g.hardware_key("Tesla T4") is None
     if labkit.CUDA_BACKEND != "gpu":
         assert g.main([]) == 0
         assert "no CUDA GPU" in capsys.readouterr().out

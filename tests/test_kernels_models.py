@@ -106,6 +106,35 @@ def test_bf16_rounding_to_nearest_even():
     assert tensorcore.round_to(np.float32(1 + 2 ** -11), "fp16") == 1.0
 
 
+# float32 bit patterns at the edges: NaNs whose payload sits in the dropped bits (one
+# negative, whose rounding carries out of 32 bits), ±inf, ±0, the largest finite float32,
+# subnormals of float32 and of bf16, bf16 ties (1 + 2^-8, 1 + 3·2^-8), fp16's overflow
+# threshold (65520 rounds to inf, just below it to 65504) and its smallest subnormal's half.
+AWKWARD_BITS = [0x7F800001, 0xFF800001, 0xFFFFFFFF, 0x7FC00000, 0x7F800000, 0xFF800000,
+                0x00000000, 0x80000000, 0x7F7FFFFF, 0xFF7FFFFF, 0x00000001, 0x00008000,
+                0x00018000, 0x807FFFFF, 0x3F808000, 0x3F818000, 0x477FF000, 0x477FEFFF,
+                0x33000000, 0x33000001, 0x387FE000, 0x387FF000]
+
+
+@pytest.mark.parametrize("fmt, dtype", [("bf16", "bfloat16"), ("fp16", "float16")])
+def test_round_to_matches_torch_on_awkward_and_random_float32(fmt, dtype):
+    import torch
+    rng = np.random.default_rng(0)
+    bits = np.concatenate([np.array(AWKWARD_BITS, np.uint32),
+                           rng.integers(0, 2 ** 32, 100_000, dtype=np.uint64).astype(np.uint32)])
+    x = bits.view(np.float32)
+    with np.errstate(all="raise", under="ignore"):   # numpy warns of no inf or NaN
+        got = tensorcore.round_to(x, fmt)
+    want = torch.from_numpy(x.copy()).to(getattr(torch, dtype)).float().numpy()
+    assert got.dtype == np.float32
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got), nan)      # a NaN stays a NaN, never inf or 0
+    np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    same = tensorcore.round_to(x, "fp32")                 # fp32: the identity (NaN stays NaN)
+    np.testing.assert_array_equal(same[~nan].view(np.uint32), bits[~nan])
+    assert np.isnan(same[nan]).all()
+
+
 def test_emulated_matmul_exact_on_representable_inputs():
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     b = np.ones((4, 2), np.float32)

@@ -6,6 +6,7 @@ import pytest
 from labkit.kernels import library as lib
 from labkit.kernels import ops, run_numba, vector_add
 from labkit.kernels.tracer import OutOfBounds, run_traced
+from mutants import mutant
 
 RUNNERS = ["trace", "numba"]
 rng = np.random.default_rng(1234)
@@ -50,6 +51,16 @@ CASES["reduce_warp"] = (lambda r: ops.reduce_sum(X300[:100], variant="warp", run
 CASES["matmul_register2d_small"] = (
     lambda r: ops.matmul(MA, MB, variant="register2d", runner=r,
                          blocked=dict(bm=16, bn=16, bk=4, tm=2, tn=2)), MA @ MB)
+# (37, 21) @ (21, 35) in 16 x 16 tiles: the four blocks of rows and columns < 32 lie inside
+# a and b for their first phases (the unguarded loads of a full tile) and are cut by k in
+# their last; the others are cut by m or n throughout
+MC = rng.standard_normal((37, 21)).astype(np.float32)
+MD = rng.standard_normal((21, 35)).astype(np.float32)
+CASES["matmul_register2d_full_and_cut_tiles"] = (
+    lambda r: ops.matmul(MC, MD, variant="register2d", runner=r,
+                         blocked=dict(bm=16, bn=16, bk=4, tm=2, tn=2)), MC @ MD)
+CASES["matmul_register_full_and_cut_tiles"] = (
+    lambda r: ops.matmul(MC, MD, variant="register", tile=16, rows=4, runner=r), MC @ MD)
 for _v in ("naive", "shared", "padded"):
     CASES[f"transpose_{_v}"] = (lambda r, v=_v: ops.transpose(M2, variant=v, runner=r), M2.T)
 for _v in ops.MATMULS:
@@ -84,6 +95,22 @@ def test_shuffles_emulated_on_simulator_match_the_tracer():
 def test_register_blocked_large_tile_and_rows():
     got = ops.matmul(MA, MB, variant="register", tile=16, rows=4)
     np.testing.assert_allclose(got.value, MA @ MB, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("variant, old, new", [
+    ("register2d", "k0 + bk <= n_k", "k0 < n_k"), ("register", "k0 + tile <= n_k", "k0 < n_k"),
+    ("register2d", "inside and ", ""), ("register", "inside and ", "")])
+def test_a_cut_tile_never_takes_the_unguarded_loads(variant, old, new):
+    # the full-tile test is what keeps the unguarded loads inside a and b: one that lets
+    # a phase cut by k through, or a block cut by m or n, reads past the end of a or b
+    shape = dict(blocked=dict(bm=16, bn=16, bk=4, tm=2, tn=2)) if variant == "register2d" \
+        else dict(tile=16, rows=4)
+    grid, block, fn = ops.matmul_launch(variant, 37, 35, **shape)
+    out = np.zeros((37, 35), np.float32)
+    run_traced(fn, grid, block, MC, MD, out)
+    np.testing.assert_allclose(out, MC @ MD, rtol=1e-4, atol=1e-4)
+    with pytest.raises(OutOfBounds):
+        run_traced(mutant(fn, old, new), grid, block, MC, MD, out)
 
 
 def test_run_numba_copies_back_in_place():

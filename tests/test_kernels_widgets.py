@@ -5,29 +5,23 @@ import labkit  # noqa: F401
 import matplotlib
 import pytest
 
+from labkit.hardware import SM_LIMITS
 from labkit.kernels import widgets
+from widget_checks import first_slider_test
 
 matplotlib.use("Agg")
 
 BUILDERS = ["occupancy_widget", "coalescing_widget", "bank_conflict_widget",
             "tensorcore_widget", "reduction_widget", "roofline_widget", "ladder_widget"]
 
-
-@pytest.mark.parametrize("name", BUILDERS)
-def test_first_slider_changes_output(name, capsys):
-    w = getattr(widgets, name)()
-    before = capsys.readouterr().out
-    slider = w.children[0]
-    step = slider.step if name != "reduction_widget" else 40
-    slider.value = min(slider.max, slider.value + 2 * step)
-    after = capsys.readouterr().out
-    assert before and after and before != after
-    matplotlib.pyplot.close("all")
+test_first_slider_changes_output = first_slider_test(widgets, BUILDERS, steps=2)
 
 
 @pytest.mark.parametrize("name,kwargs,param", [
     ("occupancy_widget", dict(gpu="TPU"), "gpu"),
     ("occupancy_widget", dict(threads_per_block=0), "threads_per_block"),
+    ("occupancy_widget", dict(shared_kb=228), "shared_kb"),
+    ("occupancy_widget", dict(registers_per_thread=256), "registers_per_thread"),
     ("coalescing_widget", dict(stride=0), "stride"),
     ("bank_conflict_widget", dict(stride=2.5), "stride"),
     ("tensorcore_widget", dict(distribution="cauchy"), "distribution"),
@@ -56,4 +50,18 @@ def test_views_compute_what_they_draw(capsys):
     assert "PREDICTION" in capsys.readouterr().out
     widgets.roofline_view(10, "this machine", "matmul naive", "bf16")
     assert "no bf16 rate: showing fp32" in capsys.readouterr().out
+    matplotlib.pyplot.close("all")
+
+
+def test_occupancy_ranges_come_from_the_sm_limits(capsys):
+    w = widgets.occupancy_widget()
+    assert w.children[2].max == max(s.max_shared_per_block for s in SM_LIMITS.values()) // 1024
+    assert w.children[2].max == 227                 # H100/H200: 227 KB per block (opt-in)
+    assert w.children[1].max == 255
+    capsys.readouterr()
+    # 160 KB fits a block on an A100 (163 KB) but not on a V100 (96 KB): capped, and said so
+    assert widgets.occupancy_view(256, 32, 160, "A100").shared_per_block == 160 * 1024
+    occ = widgets.occupancy_view(256, 32, 160, "V100")
+    assert occ.shared_per_block == 96 * 1024 and occ.blocks_per_sm == 1
+    assert "at most 96 KB" in capsys.readouterr().out
     matplotlib.pyplot.close("all")

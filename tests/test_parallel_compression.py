@@ -44,6 +44,10 @@ def test_int8_quantization_error_bound():
     q, s = C.int8_quantize(x)
     assert q.dtype == np.int8 and np.abs(q).max() == 127
     assert np.max(np.abs(q * s - x)) <= s / 2 + 1e-12
+    q, s = C.int8_quantize(np.array([-2.54, 0.5, 1.0]))   # scale = 2.54 / 127
+    assert s == pytest.approx(0.02) and q.tolist() == [-127, 25, 50]
+    q, s = C.int8_quantize(np.zeros(3))                    # nothing to scale: scale 1
+    assert s == 1.0 and q.dtype == np.int8 and q.tolist() == [0, 0, 0]
 
 
 def test_powersgd_recovers_low_rank_mean():

@@ -24,6 +24,8 @@ def test_table1_plan_fits_ranks_near_top_and_mfu_close(model, cl, pub):
     assert 1e12 * pub["tflops"] / GPUS["A100"].peak("bf16") == pytest.approx(
         pub["peak_percent"] / 100, abs=0.006)
     assert mine.mfu == pytest.approx(mine.hfu * model.flops("none") / model.flops("full"))
+    # ... and so is the aggregate: TFLOP/s per GPU x GPUs = petaFLOP/s (rounded in the paper)
+    assert pub["tflops"] * pub["gpus"] / 1e3 == pytest.approx(pub["aggregate_pflops"], rel=0.01)
 
 
 def test_params_and_flops_formulas():

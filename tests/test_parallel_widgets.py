@@ -9,27 +9,16 @@ import pytest
 matplotlib.use("Agg")
 
 from labkit.parallel import cost, dp_sim, widgets  # noqa: E402
+from widget_checks import first_slider_changes_output  # noqa: E402
 
 pytest.importorskip("ipywidgets")
-
-
-def _first_slider(w):
-    while not hasattr(w, "step"):          # descend VBox/HBox to the first control
-        w = w.children[0]
-    return w
 
 
 @pytest.mark.parametrize("build", [lambda: widgets.collective_widget(4, "ring"),
                                    lambda: widgets.cost_widget("all_reduce"),
                                    lambda: widgets.scaling_widget()])
 def test_first_slider_changes_output(build, capsys):
-    w = build()
-    before = capsys.readouterr().out
-    slider = _first_slider(w)
-    slider.value = slider.value + (2 if slider.max - slider.value >= 2 else -2) * slider.step
-    after = capsys.readouterr().out
-    assert before and after and before != after
-    matplotlib.pyplot.close("all")
+    first_slider_changes_output(build(), capsys, steps=2)
 
 
 def test_collective_numbers(capsys):
@@ -73,6 +62,13 @@ def test_scaling_numbers(capsys):
     (lambda: widgets.collective_widget(algorithm="butterfly"), ValueError, "algorithm"),
     (lambda: widgets.cost_widget(op="gather"), ValueError, "op"),
     (lambda: widgets.cost_widget(op=None), ValueError, "op"),
+    (lambda: widgets.cost_widget(world=1), ValueError, r"world must be an integer in \[2, 64\]"),
+    (lambda: widgets.cost_widget(log10_bytes=11), ValueError, "log10_bytes"),
+    (lambda: widgets.cost_widget(bandwidth_gbs="fast"), TypeError, "bandwidth_gbs"),
+    (lambda: widgets.scaling_widget(per_gpu_batch=0), ValueError, "per_gpu_batch"),
+    (lambda: widgets.scaling_widget(jitter=0.6), ValueError, "jitter"),
+    (lambda: widgets.scaling_widget(hardware="TPU pod"), ValueError, "hardware"),
+    (lambda: widgets.scaling_widget(model="GPT-5"), ValueError, "model"),
     (lambda: widgets.scaling_widget(real=([1, 2], [1.0])), ValueError, "real"),
     (lambda: widgets.scaling_widget(real="yes"), TypeError, "real"),
     (lambda: widgets.scaling_widget(real=([1, 2], [1.0, float("nan")])), ValueError, "real"),

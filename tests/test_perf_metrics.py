@@ -24,6 +24,52 @@ def test_trained_mlp_and_its_memory(mlp, data):
     assert metrics.forward_flops(mlp.model, data.x_test[:1]) == 2 * (64 * 128 + 128 * 10) + 128
 
 
+def test_saved_activation_bytes_of_the_cnn_count_each_storage_once(data):
+    cnn = metrics.digits_cnn(0)
+    b = 64
+    # conv1 saves the input (64 pixels, seen through Unflatten's view); each ReLU output
+    # (16 and 32 channels x 64 pixels) once, though two ops keep it; max-pool its int64
+    # indices (32 x 16); the Linear its input, a Flatten view of the pool output (32 x 16)
+    fp32 = b * (64 + 16 * 64 + 32 * 64 + 32 * 16)
+    assert metrics.saved_activation_bytes(cnn, data.x_train[:b]) == 4 * fp32 + 8 * b * 32 * 16
+    assert not cnn.training
+
+
+def test_top1_accuracy_closed_form_ties_and_shapes():
+    scores = np.array([[0.1, 0.9], [2.0, 2.0], [5.0, -1.0], [0.0, 1.0]])
+    assert metrics.top1_accuracy(scores, [1, 0, 0, 1]) == 1.0
+    assert metrics.top1_accuracy(scores, [1, 1, 0, 1]) == 0.75     # a tie goes to class 0
+    assert metrics.top1_accuracy(scores, [0, 1, 1, 0]) == 0.0
+    with pytest.raises(ValueError, match=r"labels must have shape \(4\)"):
+        metrics.top1_accuracy(scores, [[1], [0], [0], [1]])        # (n, 1) would broadcast to n x n
+    with pytest.raises(ValueError, match="scores must have 2 dimension"):
+        metrics.top1_accuracy([1, 0, 0, 1], [1, 0, 0, 1])          # predicted classes, not scores
+
+
+def test_every_accuracy_adapter_gives_the_same_number(data):
+    import torch
+
+    from labkit.autograd.nn import Linear, mlp
+    from labkit.compress import train as compress_train
+    from labkit.parallel import compression
+    from labkit.training import train as training_train
+
+    net = mlp((64, 16, 10), seed=3, dtype=np.float64)       # labkit's autograd MLP, untrained
+    twin = training_train.torch_twin(net)                    # the same weights in torch
+    w1, b1, w2, b2 = (p.data for layer in net.layers if isinstance(layer, Linear)
+                      for p in (layer.weight, layer.bias))
+    x, y = data.x_test.astype(np.float64), data.y_test
+    with torch.no_grad():
+        want = float(np.mean(twin(torch.from_numpy(x)).numpy().argmax(1) == y))
+    got = {"training": training_train.accuracy(net, x, y),
+           "parallel": compression.accuracy([w1, b1, w2, b2], x, y),
+           "perf": metrics.accuracy(twin, x, y),
+           "compress (torch)": compress_train.accuracy(twin, x, y),
+           "compress (numpy)": compress_train.accuracy(
+               lambda a: np.maximum(a @ w1 + b1, 0) @ w2 + b2, x, y)}
+    assert 0.02 < want < 0.98 and got == dict.fromkeys(got, want)
+
+
 def test_latency_percentiles_are_ordered(mlp, data):
     lat = metrics.latency(mlp.model, data.x_test, requests=30, warmup=2)
     assert len(lat.samples) == 30 and lat.p50 <= lat.p95 <= lat.p99
@@ -92,7 +138,12 @@ def test_int8_sizes_and_budget(mlp):
     layers = [(64, 128), (128, 10)]
     assert deploy.int8_linear_bytes(layers) == 64 * 128 + 128 * 10 + 4 * 138 + 16
     assert deploy.fp32_linear_bytes(layers) == 4 * (64 * 128 + 128 * 10 + 138)
+    import torch
+    mlp.model.train()
     q = deploy.quantize_int8(mlp.model)
+    assert mlp.model.training and not q.training       # a quantized copy; the model is as it was
+    assert type(mlp.model[0]) is torch.nn.Linear and type(q[0]) is not torch.nn.Linear
+    mlp.model.eval()
     assert deploy.state_bytes(mlp.model) / deploy.state_bytes(q) > 2.5
     vs = [deploy.Variant("a", 40_000, 1e-4, 0.9), deploy.Variant("b", 10_000, 2e-4, 0.9)]
     res = deploy.fits(vs, deploy.Budget("edge", 30e3, 1e-3, 10))

@@ -84,3 +84,73 @@ def test_cnn_on_the_gpu_is_measured_with_its_copy():
                               steps=3, warmup=1)
     layers = {r.layer for r in prof.rows}
     assert {"runtime", "kernel libraries", "framework"} <= layers
+
+
+def _pretend_gpu(monkeypatch, name):
+    """Make labkit.kernels.timing.gpu_key see a GPU called ``name``."""
+    import types
+
+    from numba import cuda
+
+    from labkit.kernels import timing
+    monkeypatch.setattr(timing, "on_gpu", lambda: True)
+    monkeypatch.setattr(cuda, "get_current_device", lambda: types.SimpleNamespace(name=name))
+
+
+@pytest.mark.parametrize("name, key", [(b"NVIDIA H200", "H200"), ("NVIDIA A100-SXM4-80GB", "A100"),
+                                       ("NVIDIA H100 80GB HBM3", "H100"),
+                                       ("Tesla V100-SXM2-32GB", "V100")])
+def test_gpu_peak_is_the_peak_of_the_gpu_present(monkeypatch, name, key):
+    _pretend_gpu(monkeypatch, name)
+    p = stack.gpu_peak("fp32")
+    assert p.key == key and p.peak == GPUS[key].peak("fp32")
+    assert p.label.startswith(f"{key} fp32 peak (the GPU present")
+    assert stack.gpu_peak("fp16").peak == GPUS[key].peak("fp16")
+
+
+def test_gpu_peak_of_an_unknown_gpu_is_the_labelled_default(monkeypatch):
+    _pretend_gpu(monkeypatch, "Tesla T4")
+    p = stack.gpu_peak("fp32")
+    assert p.key == stack.DEFAULT_GPU == "H100" and p.peak == GPUS["H100"].peak("fp32")
+    assert "stated default: a GPU labkit.hardware does not list" in p.label
+    assert stack.gpu_peak(default="A100").peak == GPUS["A100"].peak("fp32")
+    with pytest.raises(ValueError, match="gpu must be one of"):
+        stack.gpu_peak(default="T4")
+
+
+def test_seed_experiment1_without_a_gpu_predicts_and_says_so(monkeypatch):
+    import torch
+    from labkit.kernels import timing
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(timing, "on_gpu", lambda: False)
+    r = stack.seed_experiment1((2, 4), cpu_peak=1e11, cpu_steps=1, progress=False)
+    assert r.gpu_peak.key == "H100" and r.gpu_peak.label == "H100 fp32 peak (stated default: no GPU)"
+    assert [c.batch for c in r.cpu] == [2, 4] and all(c.measured for c in r.cpu)
+    assert all(c.peak == 1e11 for c in r.cpu)
+    want = stack.predict_cnn(4, "H100", "fp32", launch_s=stack.MEASURED_LAUNCH_S)
+    assert r.gpu[-1] == want and not any(g.measured for g in r.gpu)
+    assert r.speedup == pytest.approx(want.samples_per_s / r.cpu[-1].samples_per_s)
+    table = stack.format_cnn_runs(r.cpu + r.gpu, r.gpu_peak.label).splitlines()
+    assert len(table) == 2 + 4 + 2
+    assert table[2].startswith("| cpu | 2 | ") and table[2].endswith("| measured |")
+    u = want.flops / want.step_s / GPUS["H100"].peak("fp32")
+    assert table[5] == (f"| H100 (predicted) | 4 | {want.samples_per_s:,.0f} | "
+                        f"{want.copy_share:.0%} | {u:.1%} | PREDICTED, not measured |")
+    assert table[-1] == "GPU utilisation against the H100 fp32 peak (stated default: no GPU)."
+    for bad in ((), 8):
+        with pytest.raises(ValueError, match="batches must be a non-empty tuple"):
+            stack.seed_experiment1(bad, cpu_peak=1e11)
+    with pytest.raises(TypeError, match="runs must hold CnnRun rows"):
+        stack.format_cnn_runs([3])
+
+
+@pytest.mark.gpu
+def test_seed_experiment1_on_a_gpu_measures_against_its_own_peak():
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("needs a real CUDA GPU")
+    from labkit.kernels.timing import gpu_key
+    r = stack.seed_experiment1((8,), cpu_peak=1e11, cpu_steps=1, gpu_steps=2, progress=False)
+    assert r.gpu[0].measured and r.gpu[0].device == "cuda"
+    key = gpu_key(default=stack.DEFAULT_GPU)
+    assert r.gpu_peak.key == key and r.gpu[0].peak == GPUS[key].peak("fp32")

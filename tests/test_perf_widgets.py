@@ -31,6 +31,19 @@ def test_widgets_validate_before_building():
         widgets.deploy_widget([])
 
 
+@pytest.mark.parametrize("build, param", [
+    (lambda: widgets.roofline_widget(ROOF, batch=0), "batch"),
+    (lambda: widgets.roofline_widget(ROOF, gpu="V100"), "gpu"),
+    (lambda: widgets.roofline_widget(ROOF, precision="fp16"), "precision"),
+    (lambda: widgets.cnn_batch_widget((), launch_us=-1.0), "launch_us"),
+    (lambda: widgets.noise_widget(interference=0.7), "interference"),
+    (lambda: widgets.deploy_widget(VARIANTS, slowdown=0.5), "slowdown"),
+])
+def test_builders_check_their_ranges_before_building(build, param):
+    with pytest.raises(ValueError, match=param):
+        build()
+
+
 def test_roofline_and_deploy_numbers(capsys):
     widgets.show_roofline(5, "H100", "fp32", ROOF)
     out = capsys.readouterr().out

@@ -88,3 +88,81 @@ def test_limits_read_the_ptx_and_the_register_cap(pr, monkeypatch, tmp_path):
     assert "-maxrregcount=96" in calls[0] and stats["registers"] == 96 and sass is None
     pr.assemble(ptx, {"ptxas": "ptxas"}, "sm_90", tmp_path, "k")
     assert not any(a.startswith("-maxrregcount") for a in calls[1])
+
+
+# A phase loop (0x10-0xd0) whose tile load has a path for full tiles: a uniform branch
+# (0x20) to the unguarded load (0x70), else the guarded one (0x30-0x60) jumps over it.
+FULL_PATH = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;                /* 0x0000 */
+        /*0010*/                   ISETP.GT.U32.AND P1, PT, R5, R6, PT ; /* 0x0000 */
+        /*0020*/              @!P1 BRA 0x70 ;                            /* 0x0000 */
+        /*0030*/                   ISETP.GE.U32.AND P2, PT, R7, R8, PT ; /* 0x0000 */
+        /*0040*/                   ISETP.GE.OR.EX P2, PT, R9, R8, P2, PT ; /* 0x0000 */
+        /*0050*/              @!P2 LDG.E R2, desc[UR4][R4.64] ;          /* 0x0000 */
+        /*0060*/                   BRA 0x80 ;                            /* 0x0000 */
+        /*0070*/                   LDG.E R2, desc[UR4][R4.64] ;          /* 0x0000 */
+        /*0080*/                   STS [R3], R2 ;                        /* 0x0000 */
+        /*0090*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;         /* 0x0000 */
+        /*00a0*/                   FFMA R6, R8, R9, R6 ;                 /* 0x0000 */
+        /*00b0*/               @P0 BRA 0xa0 ;                            /* 0x0000 */
+        /*00c0*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;         /* 0x0000 */
+        /*00d0*/              @!P3 BRA 0x10 ;                            /* 0x0000 */
+        /*00e0*/                   EXIT ;                                /* 0x0000 */
+"""
+
+
+def test_a_phase_with_a_full_tile_path_counts_that_path(pr):
+    instrs = pr.parse_sass(FULL_PATH)
+    guarded = pr.conditional(FULL_PATH)
+    assert guarded == {0x20, 0xb0, 0xd0}          # the BRA at 0x60 and the EXIT are not
+    inner = pr.inner_loop(instrs)
+    assert [a for a, _, _ in inner] == [0xa0, 0xb0]
+    phase = pr.phase_loop(instrs, inner)
+    path = pr.shortest_path(phase, guarded, inner)
+    assert [a for a, _, _ in path] == [0x10, 0x20, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0]
+    # 4 FMAs a phase: the k loop (2 instructions) 4 times, 7 instructions around it
+    assert pr.phase_cost(instrs, inner, 4, guarded) == (15.0, 4)
+    assert pr.phase_cost(instrs, inner, 4) == (19.0, 4)       # every instruction, both paths
+    # with the branch to the full path unguarded, the guarded load is dead code
+    always = guarded - {0x20}
+    assert pr.phase_cost(instrs, inner, 4, always) == (15.0, 4)
+    # without it (both paths guarded by a fall-through only) the guarded one is the path
+    no_full = [x for x in instrs if x[0] != 0x20]
+    assert [a for a, _, _ in pr.shortest_path(pr.phase_loop(no_full, inner), guarded, inner)
+            ][:5] == [0x10, 0x30, 0x40, 0x50, 0x60]
+
+
+# A grid-stride loop (0x20-0x90) of two loads, the first index with numba's wrap-around.
+GRID_STRIDE = """
+        /*0000*/                   S2R R0, SR_TID.X ;                    /* 0x0000 */
+        /*0010*/                   LDG.E R9, desc[UR4][R2.64] ;          /* 0x0000 */
+        /*0020*/                   SHF.R.S32.HI R5, RZ, 0x1f, R3 ;       /* 0x0000 */
+        /*0030*/                   LOP3.LUT R5, R5, UR6, RZ, 0xc0, !PT ; /* 0x0000 */
+        /*0040*/                   IADD3 R4, P0, R4, R5, RZ ;            /* 0x0000 */
+        /*0050*/                   LDG.E R6, desc[UR4][R4.64] ;          /* 0x0000 */
+        /*0060*/                   LDG.E R7, desc[UR4][R4.64+0x400] ;    /* 0x0000 */
+        /*0070*/                   FADD R8, R6, R8 ;                     /* 0x0000 */
+        /*0080*/                   SHF.R.S32.HI R5, RZ, 0x2, R3 ;        /* 0x0000 */
+        /*0090*/              @!P1 BRA 0x20 ;                            /* 0x0000 */
+        /*00a0*/                   EXIT ;                                /* 0x0000 */
+"""
+
+
+def test_the_load_loop_and_its_wrap_around(pr):
+    instrs = pr.parse_sass(GRID_STRIDE)
+    body = pr.load_loop(instrs)
+    assert [a for a, _, _ in body][0::7] == [0x20, 0x90]
+    cols, _ = pr.mix(body)
+    assert cols["LDG"] == 2 and cols["total"] == 8 and cols["integer"] == 4
+    assert pr.wraps(body) == 1                    # the 0x1f shift; a shift by 2 is not one
+    straight = [x for x in instrs if x[0] != 0x90]
+    assert pr.load_loop(straight) == straight     # no loop: the whole kernel
+
+
+def test_reduce_shapes_are_checked(pr, monkeypatch, capsys):
+    monkeypatch.setattr(pr, "find_tools", lambda cuda_bin=None: {})
+    with pytest.raises(SystemExit):
+        pr.main(["--reduce", "256"])
+    assert "two integers block,unroll" in capsys.readouterr().err
+    names = [name for name, _, _ in pr.reductions([dict(block=128, unroll=8)], {"reduce_fast"})]
+    assert names == ["reduce_fast_256_4", "reduce_fast_128_8"]

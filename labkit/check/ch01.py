@@ -1,9 +1,12 @@
 """Chapter 01's exercises: the stack, FLOPs of a step, rooflines, Little's law."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from labkit.check.core import Wrong, exercise
+from labkit.check.formula import equals, formula_exercise
 from labkit.hardware import GPUS
 from labkit.perf.stack import layer_of, loads_in_flight, simplenet_step_flops
 
@@ -23,31 +26,31 @@ def roofline_bound(peak, bandwidth, flops, nbytes):
     return t, ("memory-bound" if flops / nbytes < peak / bandwidth else "compute-bound")
 
 
-@exercise("1.1", "FLOPs of one SimpleNet training step", reference=simplenet_step_flops,
-          binds="step_flops")
-def _(answer):
-    cases = [(5, 10, 50, 1, True), (5, 10, 50, 1, False), (64, 10, 50, 1, True),
-             (7, 33, 19, 4, True), (128, 64, 256, 10, False), (1, 1, 1, 1, True)]
-    for b, i, h, o, rg in cases:
-        got = answer(b, i, h, o, rg)
-        want = simplenet_step_flops(b, i, h, o, rg)
-        if np.isclose(got, want, rtol=0, atol=0.5):
-            continue
-        fwd = 2 * b * (i * h + h * o)
-        if np.isclose(got, fwd):
-            raise Wrong(f"step_flops({b}, {i}, {h}, {o}, {rg}) = {got}: that is the forward "
-                        f"pass only; backward computes two matmuls per layer (dW and dx).")
-        if np.isclose(got, fwd / 2) or np.isclose(got, want / 2):
-            raise Wrong("a multiply-add counts as 2 FLOPs: an m×k by k×n matmul costs "
-                        "2·m·n·k.")
-        if np.isclose(got, 3 * fwd) and not rg:
-            raise Wrong(f"with input_requires_grad=False ({b}, {i}, {h}, {o}) nobody needs the "
-                        f"gradient of the first layer's input: skip that matmul (2·B·d_in·h).")
-        if np.isclose(got, 2 * fwd):
-            raise Wrong("backward is about twice the forward, not once: dW and dx of each "
-                        "layer are one matmul each.")
-        raise Wrong(f"step_flops({b}, {i}, {h}, {o}, {rg}) = {got}, expected {want}: forward "
-                    f"2B(d_in·h + h·d_out), then dW and dx for each layer.")
+def _forward_flops(b, i, h, o, rg):
+    """The forward pass of step_flops's MLP: 2B(d_in·h + h·d_out)."""
+    return 2 * b * (i * h + h * o)
+
+
+formula_exercise(
+    "1.1", "FLOPs of one SimpleNet training step", simplenet_step_flops, binds="step_flops",
+    cases=[(5, 10, 50, 1, True), (5, 10, 50, 1, False), (64, 10, 50, 1, True),
+           (7, 33, 19, 4, True), (128, 64, 256, 10, False), (1, 1, 1, 1, True)],
+    call=lambda b, i, h, o, rg: f"step_flops({b}, {i}, {h}, {o}, {rg})", rtol=0, atol=0.5,
+    shortcuts=[
+        (equals(_forward_flops),
+         "that is the forward pass only; backward computes two matmuls per layer (dW and "
+         "dx)."),
+        (lambda got, *case: any(math.isclose(2 * got, x, rel_tol=1e-9) for x in (
+            _forward_flops(*case), simplenet_step_flops(*case))),
+         "a multiply-add counts as 2 FLOPs: an m×k by k×n matmul costs 2·m·n·k."),
+        (lambda got, b, i, h, o, rg: not rg and math.isclose(
+            got, 3 * _forward_flops(b, i, h, o, rg), rel_tol=1e-9),
+         "with input_requires_grad=False nobody needs the gradient of the first layer's "
+         "input: skip that matmul (2·B·d_in·h)."),
+        (equals(lambda *case: 2 * _forward_flops(*case)),
+         "backward is about twice the forward, not once: dW and dx of each layer are one "
+         "matmul each.")],
+    hint="forward 2B(d_in·h + h·d_out), then dW and dx for each layer.")
 
 
 LAYER_CASES = [
@@ -86,19 +89,23 @@ def _(answer):
         raise Wrong(f"which_layer({name!r}) = {got!r}, expected {want!r}.")
 
 
-@exercise("1.3", "the ridge point of a machine", reference=ridge_point, binds="ridge_point")
-def _(answer):
-    cases = [(g.peak(p), g.hbm_bandwidth) for g in GPUS.values() for p in ("fp32", "fp16")
-             if p in g.flops] + [(1.2e11, 2.3e10), (5e9, 5e9)]
-    for peak, bw in cases:
-        got = answer(peak, bw)
-        if np.isclose(got, peak / bw, rtol=1e-9, atol=0):
-            continue
-        if np.isclose(got, bw / peak, rtol=1e-9, atol=0):
-            raise Wrong("that is bytes per FLOP; the ridge point is FLOP per byte: "
-                        "peak / bandwidth.")
-        raise Wrong(f"ridge_point({peak:.3g}, {bw:.3g}) = {got:.4g}, expected "
-                    f"{peak / bw:.4g} FLOP/byte.")
+formula_exercise(
+    "1.3", "the ridge point of a machine", ridge_point,
+    cases=[(g.peak(p), g.hbm_bandwidth) for g in GPUS.values() for p in ("fp32", "fp16")
+           if p in g.flops] + [(1.2e11, 2.3e10), (5e9, 5e9)],
+    call=lambda peak, bw: f"ridge_point({peak:.3g}, {bw:.3g})",
+    shortcuts=[
+        (equals(lambda peak, bw: bw / peak),
+         "that is bytes per FLOP; the ridge point is FLOP per byte: peak / bandwidth."),
+        (lambda got, peak, bw: any(math.isclose(got, k * peak / bw, rel_tol=1e-9)
+                                   for k in (8, 1 / 8)),
+         "no factor 8: the bandwidth is in bytes per second, not bits."),
+        (lambda got, peak, bw: any(math.isclose(got, 1000.0 ** k * peak / bw, rel_tol=1e-9)
+                                   for k in (-4, -3, -2, -1, 1, 2, 3, 4)),
+         "off by a power of 1000: peak is in FLOP/s and bandwidth in bytes/s, both in base "
+         "units; convert neither to giga or tera.")],
+    hint="the ridge point is peak / bandwidth, in FLOP per byte (Williams, Waterman & "
+         "Patterson, CACM 2009).")
 
 
 @exercise("1.4", "a roofline bound", reference=roofline_bound, binds="roofline_bound")
@@ -129,19 +136,20 @@ def _(answer):
                         f"that is {want_kind}, not {kind!r}.")
 
 
-@exercise("1.5", "Little's law: loads in flight", reference=loads_in_flight,
-          binds="loads_in_flight")
-def _(answer):
-    cases = [(500e-9, GPUS["H100"].hbm_bandwidth, 4), (500e-9, GPUS["H200"].hbm_bandwidth, 16),
-             (80e-9, 2.3e10, 8), (1e-6, 1e9, 1)]
-    for lat, bw, b in cases:
-        got = answer(lat, bw, b)
-        want = lat * bw / b
-        if np.isclose(got, want, rtol=1e-9, atol=0):
-            continue
-        if np.isclose(got, lat * bw, rtol=1e-9, atol=0):
-            raise Wrong("that is bytes in flight; divide by the bytes each load brings.")
-        if _same(got, bw / lat / b) or _same(got, lat / bw / b):
-            raise Wrong("Little's law multiplies: in flight = latency × throughput.")
-        raise Wrong(f"loads_in_flight({lat:g}, {bw:.3g}, {b}) = {got:.4g}, expected "
-                    f"{want:.4g}.")
+formula_exercise(
+    "1.5", "Little's law: loads in flight", loads_in_flight,
+    cases=[(500e-9, GPUS["H100"].hbm_bandwidth, 4), (500e-9, GPUS["H200"].hbm_bandwidth, 16),
+           (80e-9, 2.3e10, 8), (1e-6, 1e9, 1)],
+    call=lambda lat, bw, b: f"loads_in_flight({lat:g}, {bw:.3g}, {b})",
+    shortcuts=[
+        (equals(lambda lat, bw, b: lat * bw),
+         "that is bytes in flight; divide by the bytes each load brings."),
+        (lambda got, lat, bw, b: any(math.isclose(got, x, rel_tol=1e-9)
+                                     for x in (bw / lat / b, lat / bw / b)),
+         "Little's law multiplies: in flight = latency × throughput."),
+        (lambda got, lat, bw, b: any(math.isclose(got, k * lat * bw / b, rel_tol=1e-9)
+                                     for k in (8, 1 / 8)),
+         "no factor 8: the bandwidth is in bytes per second and each load brings "
+         "bytes_per_load bytes.")],
+    hint="Little's law (Little 1961): bytes in flight = latency × bandwidth, and each load "
+         "brings bytes_per_load of them.")

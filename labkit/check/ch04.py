@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from labkit.check.core import Wrong, exercise, expect_close
+from labkit.hardware import KB, WARP_SIZE, sm_limits
 from labkit.kernels import library as lib
 from labkit.kernels.analysis import BudgetExceeded, element_counts, enforce, summarize
 from labkit.validate import ceil_div as cdiv
@@ -167,24 +168,29 @@ OCCUPANCY_CASES = ((256, 32, 0), (128, 37, 0), (320, 37, 0), (96, 40, 1000), (32
 @exercise("4.6", "predict blocks per SM on an A100", reference=blocks_per_sm_reference,
           binds="blocks_per_sm")
 def _(answer):
+    sm = sm_limits("A100")
     for threads, regs, smem in OCCUPANCY_CASES:
         got = answer(threads, regs, smem)
         want = blocks_per_sm_reference(threads, regs, smem)
         if got == want:
             continue
-        warps = cdiv(threads, 32)
-        per_warp = cdiv(regs * 32, 256) * 256
+        # the limits as a learner computes them, each shortcut leaving one rule out
+        warps = cdiv(threads, WARP_SIZE)
+        per_warp = cdiv(regs * WARP_SIZE, sm.register_unit) * sm.register_unit
+        by_warps = sm.max_warps_per_sm // warps
+        by_regs = (sm.registers_per_sm // sm.sub_partitions // per_warp) * sm.sub_partitions \
+            // warps
+        reserved = sm.reserved_shared_per_block
         hints = []
-        if got == min(64 // warps, 32, 65536 // (regs * threads),
-                      (164 * 1024) // max(smem + 1024, 1)):
-            hints.append("registers are allocated per warp in units of 256 "
-                         f"({regs} x 32 = {regs * 32} rounds up to {per_warp})")
-        if smem and got == min(64 // warps, 32, (65536 // 4 // per_warp) * 4 // warps,
-                               (164 * 1024) // smem):
-            hints.append("the runtime reserves 1 KB of shared memory per block")
-        if got == min(64 // warps, (65536 // 4 // per_warp) * 4 // warps,
-                      (164 * 1024) // (cdiv(smem + 1024, 128) * 128)):
-            hints.append("an SM holds at most 32 blocks")
+        if got == min(by_warps, sm.max_blocks_per_sm, sm.registers_per_sm // (regs * threads),
+                      sm.shared_per_sm // max(smem + reserved, 1)):
+            hints.append(f"registers are allocated per warp in units of {sm.register_unit} "
+                         f"({regs} x {WARP_SIZE} = {regs * WARP_SIZE} rounds up to {per_warp})")
+        if smem and got == min(by_warps, sm.max_blocks_per_sm, by_regs, sm.shared_per_sm // smem):
+            hints.append(f"the runtime reserves {reserved // KB} KB of shared memory per block")
+        if got == min(by_warps, by_regs,
+                      sm.shared_per_sm // (cdiv(smem + reserved, sm.shared_unit) * sm.shared_unit)):
+            hints.append(f"an SM holds at most {sm.max_blocks_per_sm} blocks")
         raise Wrong(f"blocks_per_sm({threads}, {regs}, {smem}) = {got}, expected {want}"
                     + (": " + "; ".join(hints) if hints else ": take the minimum of the "
                        "warp, block, register and shared-memory limits"))

@@ -4,10 +4,12 @@ from __future__ import annotations
 import numpy as np
 
 from labkit.check.core import Wrong, exercise
+from labkit.check.formula import equals, formula_exercise
 from labkit.memory.allocator import allocation_size, pool_of, round_size, should_split
 from labkit.memory.config import NO_LIMIT
 from labkit.memory.constants import MiB
 from labkit.memory.estimator import activation_bytes_per_layer, model_state_bytes
+from labkit.memory.measure import transformer_block_saved, transformer_extra_terms
 
 
 def model_state_fp32(num_params: int, optimizer: str) -> int:
@@ -31,9 +33,8 @@ def block_saved_bytes(seq: int, batch: int, hidden: int, heads: int) -> int:
     bfloat16 on the CPU in training mode: Korthikanti et al. (2022)'s sbh(34 + 5as/h) plus
     what the CPU adds (:func:`labkit.memory.measure.transformer_extra_terms`): dropout masks
     stored in bf16, (as²b + 2sbh) more bytes, and both LayerNorms' mean and 1/std, 4sb·2."""
-    s, b, h, a = seq, batch, hidden, heads
-    return int(round(activation_bytes_per_layer(s, b, h, a))) + (a * s * s * b + 2 * s * b * h) \
-        + 4 * s * b * 2
+    extra = transformer_extra_terms(seq, batch, hidden, heads)
+    return int(round(activation_bytes_per_layer(seq, batch, hidden, heads))) + sum(extra.values())
 
 
 def layer_activation_bytes(seq: int, batch: int, hidden: int, heads: int) -> float:
@@ -41,29 +42,23 @@ def layer_activation_bytes(seq: int, batch: int, hidden: int, heads: int) -> flo
     return activation_bytes_per_layer(seq, batch, hidden, heads)
 
 
-@exercise("6.1", "memory of parameters, gradients and optimizer states (fp32)",
-          reference=model_state_fp32, binds="model_state_fp32")
-def _(answer):
-    rng = np.random.default_rng(6)
-    counts = [1, 100_000_000, 7, 123_457] + [int(x) for x in rng.integers(1, 10**9, 3)]
-    for n in counts:
-        for opt in ("sgd", "momentum", "adam"):
-            got, want = answer(n, opt), model_state_fp32(n, opt)
-            if got == want:
-                continue
-            if got == 8 * n and opt != "sgd":
-                raise Wrong(f"model_state_fp32({n}, {opt!r}) = {got}: that is parameters + "
-                            f"gradients only; add the optimizer's fp32 states.")
-            if opt == "adam" and got == 12 * n:
-                raise Wrong(f"model_state_fp32({n}, 'adam') = {got}: Adam keeps two states "
-                            "per parameter (m and v), 8 bytes in fp32.")
-            if opt == "adam" and got == 16 * n:
-                raise Wrong("16 bytes/parameter is the mixed-precision Adam figure "
-                            "(2 + 2 + 12); in fp32 it is 4 + 4 + 8.")
-            if got in (want // 4, want // 2, want * 8):
-                raise Wrong(f"model_state_fp32({n}, {opt!r}) = {got}, expected {want}: "
-                            "count bytes, 4 per fp32 number.")
-            raise Wrong(f"model_state_fp32({n}, {opt!r}) = {got!r}, expected {want}.")
+_COUNTS_61 = [1, 100_000_000, 7, 123_457] + [
+    int(x) for x in np.random.default_rng(6).integers(1, 10**9, 3)]
+
+formula_exercise(
+    "6.1", "memory of parameters, gradients and optimizer states (fp32)", model_state_fp32,
+    cases=[(n, opt) for n in _COUNTS_61 for opt in ("sgd", "momentum", "adam")],
+    call=lambda n, opt: f"model_state_fp32({n}, {opt!r})", rtol=0,
+    shortcuts=[
+        (lambda got, n, opt: opt != "sgd" and got == 8 * n,
+         "that is parameters + gradients only; add the optimizer's fp32 states."),
+        (lambda got, n, opt: opt == "adam" and got == 12 * n,
+         "Adam keeps two states per parameter (m and v), 8 bytes in fp32."),
+        (lambda got, n, opt: got in {model_state_fp32(n, opt) // k for k in (4, 2)}
+         | {8 * model_state_fp32(n, opt)},
+         "count bytes, 4 per fp32 number.")],
+    hint="4 bytes per fp32 number: the parameter, its gradient, and the optimizer's states "
+         "(SGD none, momentum 1, Adam 2) per parameter.")
 
 
 SIZES_62 = [1, 511, 512, 513, 1000, 4096, MiB - 1, MiB, MiB + 1, 3 * MiB + 5,
@@ -125,8 +120,6 @@ BLOCK_CASES = [(24, 3, 96, 6), (8, 2, 32, 4), (16, 1, 64, 2), (5, 4, 48, 8)]
 @exercise("6.4", "bytes torch saves for a transformer block (saved_tensors_hooks)",
           reference=block_saved_bytes, binds="block_saved_bytes")
 def _(answer):
-    from labkit.memory.measure import transformer_block_saved
-
     for s, b, h, a in BLOCK_CASES:
         got = answer(s, b, h, a)
         want = transformer_block_saved(s, b, h, a).total_bytes      # measured, not computed
@@ -134,8 +127,7 @@ def _(answer):
             continue
         where = f"block_saved_bytes{(s, b, h, a)} = {got!r}; torch saved {want:,} bytes"
         paper = activation_bytes_per_layer(s, b, h, a)
-        masks = a * s * s * b + 2 * s * b * h
-        ln = 4 * s * b * 2
+        masks, ln = transformer_extra_terms(s, b, h, a).values()     # bf16 masks, LN stats
         if np.isclose(got, paper):
             raise Wrong(f"{where}: that is Korthikanti's GPU count. On the CPU each dropout mask "
                         f"is stored in bf16 (2 bytes, not 1), and each LayerNorm also saves its "
@@ -155,20 +147,19 @@ def _(answer):
         raise Wrong(f"{where}.")
 
 
-@exercise("6.5", "activation bytes of a transformer layer (Korthikanti et al.)",
-          reference=layer_activation_bytes, binds="layer_activation_bytes")
-def _(answer):
-    cases = [(2048, 1, 4096, 32), (1024, 4, 1024, 16), (16, 2, 64, 4), (4096, 2, 12288, 96),
-             (100, 3, 96, 6)]
-    for s, b, h, a in cases:
-        got, want = answer(s, b, h, a), layer_activation_bytes(s, b, h, a)
-        if np.isclose(got, want, rtol=1e-9):
-            continue
-        if np.isclose(got, 34 * s * b * h):
-            raise Wrong(f"layer_activation_bytes{(s, b, h, a)} = {got}: you left out the "
-                        "attention scores: softmax output, its dropout mask and dropout "
-                        "output add 5as²b bytes.")
-        if np.isclose(got, s * b * h * (34 + 5 * a * s / h) / 2):
-            raise Wrong("the formula is in bytes already (16-bit activations): "
-                        "sbh(34 + 5as/h), do not halve it.")
-        raise Wrong(f"layer_activation_bytes{(s, b, h, a)} = {got!r}, expected {want}.")
+formula_exercise(
+    "6.5", "activation bytes of a transformer layer (Korthikanti et al.)",
+    layer_activation_bytes,
+    cases=[(2048, 1, 4096, 32), (1024, 4, 1024, 16), (16, 2, 64, 4), (4096, 2, 12288, 96),
+           (100, 3, 96, 6)],
+    call=lambda s, b, h, a: f"layer_activation_bytes{(s, b, h, a)}",
+    shortcuts=[
+        (equals(lambda s, b, h, a: 34 * s * b * h),
+         "you left out the attention scores: softmax output, its dropout mask and dropout "
+         "output add 5as²b bytes."),
+        (equals(lambda s, b, h, a: layer_activation_bytes(s, b, h, a) / 2),
+         "the formula is in bytes already (16-bit activations): sbh(34 + 5as/h), do not "
+         "halve it."),
+        (equals(lambda s, b, h, a: s * b * h * (34 + 5 * a / h)),
+         "the attention scores are a×s×s per sample: the term is 5as/h, not 5a/h.")],
+    hint="Korthikanti et al. (2022) §4.1: sbh(34 + 5as/h) bytes per layer.")

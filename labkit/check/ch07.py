@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from labkit.check.core import Wrong, exercise, expect_close
+from labkit.check.formula import check_formula, equals, formula_exercise
 from labkit.dataload.cifar import decode_record
 from labkit.dataload.model import steady_throughput, wait_fraction, workers_needed
 
@@ -34,30 +35,36 @@ def _(answer):
                      hint="Σ wait / (Σ wait + Σ compute).")
 
 
+_THROUGHPUT_CASES = [(0.032, 0.012, 0, 2), (0.032, 0.012, 1, 2), (0.032, 0.012, 2, 2),
+                     (0.032, 0.012, 4, 2), (0.032, 0.012, 4, 16), (0.004, 0.010, 3, 8),
+                     (0.050, 0.005, 8, 4), (0.020, 0.020, 1, 1), (0.010, 0.001, 16, 64)]
+
+_THROUGHPUT_SHORTCUTS = [
+    (lambda got, L, C, W, cores: W > 0 and math.isclose(got, 1 / max(C, L / W), rel_tol=1e-6),
+     "that leaves out the cores: all the CPU work, L + C per batch, shares them, so the "
+     "rate is at most cores / (L + C)."),
+    (equals(lambda L, C, W, cores: 1 / (L + C), rtol=1e-6),
+     "with workers the loading overlaps the step; the slowest resource sets the rate, not "
+     "the sum."),
+    (lambda got, L, C, W, cores: W > 0 and math.isclose(got, 1 / max(L / W, (L + C) / cores),
+                                                        rel_tol=1e-6),
+     "the training step itself takes C: however many workers load, the rate is at most 1/C."),
+    (equals(lambda L, C, W, cores: 1 / steady_throughput(L, C, W, cores), rtol=1e-6),
+     "that is seconds per batch; return batches per second.")]
+
+
 @exercise("7.2", "throughput bound of a loader", reference=steady_throughput,
           binds="steady_throughput")
 def _(answer):
-    cases = [(0.032, 0.012, 0, 2), (0.032, 0.012, 1, 2), (0.032, 0.012, 2, 2),
-             (0.032, 0.012, 4, 2), (0.032, 0.012, 4, 16), (0.004, 0.010, 3, 8),
-             (0.050, 0.005, 8, 4), (0.020, 0.020, 1, 1), (0.010, 0.001, 16, 64)]
-    for L, C, W, cores in cases:
-        try:
-            got = float(answer(L, C, W, cores))
-        except ZeroDivisionError:
-            raise Wrong(f"with workers=0 the training process loads the batch itself: "
-                        f"1/(L + C); do not divide by W.") from None
-        want = steady_throughput(L, C, W, cores)
-        if np.isclose(got, want, rtol=1e-6):
-            continue
-        if W and np.isclose(got, 1 / max(C, L / W), rtol=1e-6):
-            raise Wrong(f"L={L}, C={C}, workers={W}, cores={cores}: you gave {got:.4g} batches/s "
-                        f"but only {cores} cores exist: all the CPU work, L + C per batch, "
-                        f"shares them, so the rate is at most cores / (L + C).")
-        if np.isclose(got, 1 / (L + C), rtol=1e-6):
-            raise Wrong(f"workers={W}: with workers the loading overlaps the step; the slowest "
-                        f"resource sets the rate, not the sum.")
-        expect_close(got, want, f"steady_throughput({L}, {C}, {W}, {cores})", rtol=1e-6,
-                     hint="1/(L+C) without workers, else 1 / max(C, L/W, (L+C)/cores).")
+    try:
+        check_formula(answer, steady_throughput, _THROUGHPUT_CASES, rtol=1e-6,
+                      call=lambda L, C, W, cores: f"steady_throughput(L={L}, C={C}, "
+                                                  f"workers={W}, cores={cores})",
+                      shortcuts=_THROUGHPUT_SHORTCUTS,
+                      hint="1/(L+C) without workers, else 1 / max(C, L/W, (L+C)/cores).")
+    except ZeroDivisionError:     # only workers=0 divides by zero
+        raise Wrong("with workers=0 the training process loads the batch itself: 1/(L + C); "
+                    "do not divide by W.") from None
 
 
 def _record(rng, label_bytes=1):
@@ -100,19 +107,18 @@ def _(answer):
                         "planes (R, G, B), then move the channel axis last.")
 
 
-@exercise("7.4", "workers that keep the accelerator busy", reference=workers_needed,
-          binds="workers_needed")
-def _(answer):
-    for L, C in ((0.032, 0.012), (0.030, 0.010), (0.005, 0.020), (0.1, 0.009), (0.021, 0.007),
-                 (0.0101, 0.0050)):
-        got = answer(L, C)
-        want = workers_needed(L, C)
-        if isinstance(got, float) and not float(got).is_integer():
-            raise Wrong(f"workers_needed({L}, {C}) = {got}: a worker count is a whole number; "
-                        f"round L/C up.")
-        if got == math.floor(L / C) and got != want:
-            raise Wrong(f"L={L}, C={C}: {got} workers deliver {got}/{L} = {got / L:.1f} batches/s, "
-                        f"fewer than the {1 / C:.1f} the step consumes: round up, not down.")
-        if got != want:
-            raise Wrong(f"workers_needed({L}, {C}) = {got}, expected {want}: W workers deliver "
-                        f"W/L batches per second; need W/L ≥ 1/C (and at least one worker).")
+formula_exercise(
+    "7.4", "workers that keep the accelerator busy", workers_needed,
+    cases=[(0.032, 0.012), (0.030, 0.010), (0.005, 0.020), (0.1, 0.009), (0.021, 0.007),
+           (0.0101, 0.0050)],
+    call=lambda L, C: f"workers_needed(L={L}, C={C})",
+    shortcuts=[
+        (lambda got, L, C: not got.is_integer(),
+         "a worker count is a whole number; round L/C up."),
+        (equals(lambda L, C: math.floor(L / C)),
+         "W workers deliver W/L batches per second, fewer than the 1/C the step consumes: "
+         "round up, not down."),
+        (equals(lambda L, C: math.ceil(C / L)),
+         "that is C/L upside down: W workers deliver W/L batches per second and the step "
+         "consumes 1/C, so W ≥ L/C.")],
+    hint="W workers deliver W/L batches per second; need W/L ≥ 1/C (and at least one worker).")

@@ -39,8 +39,9 @@ def expected_lost_work(segment_s, mtbf_s):
 
 
 def straggler_step_time(workers, base, p, slowdown):
-    """Reference: E[max] when each of N workers takes slowdown × base with probability p."""
-    return base * (1 + (slowdown - 1) * (1 - (1 - p) ** workers))
+    """Reference: E[max] when each of N workers takes slowdown × base with probability p:
+    base · (1 + (slowdown − 1)(1 − (1 − p)^N))."""
+    return stragglers.expected_step_bernoulli(workers, base, p, slowdown)
 
 
 def backup_step_time(workers, backups, base, delay):

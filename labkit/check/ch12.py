@@ -1,9 +1,12 @@
 """Chapter 12's exercises: percentiles, MFU, a speedup with its interval, int8 size."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from labkit.check.core import Wrong, exercise
+from labkit.check.formula import equals, formula_exercise
 from labkit.hardware import GPUS
 from labkit.perf.deploy import int8_linear_bytes
 from labkit.perf.metrics import mfu
@@ -60,24 +63,28 @@ def _unsorted(x, q):
     return x[lo] + (h - lo) * (x[hi] - x[lo])
 
 
-@exercise("12.2", "MFU of a run", reference=mfu, binds="mfu")
-def _(answer):
-    cases = [(19072.0, 50000.0, 1.5e11, True), (19072.0, 50000.0, 1.5e11, False),
-             (2 * 7e9, 3000.0, 8 * GPUS["H100"].peak("bf16"), True), (1e6, 1.0, 1e12, True)]
-    for f, s, peak, tr in cases:
-        got = answer(f, s, peak, tr)
-        want = mfu(f, s, peak, tr)
-        if np.isclose(got, want, rtol=1e-9, atol=0):
-            continue
-        if tr and np.isclose(got, f * s / peak, rtol=1e-9, atol=0):
-            raise Wrong("a training step runs forward and backward: model FLOPs are 3 × the "
-                        "forward FLOPs (backward ≈ 2 × forward).")
-        if np.isclose(got, 100 * want, rtol=1e-9, atol=0):
-            raise Wrong("return a fraction (0.42), not a percentage (42).")
-        if not tr and np.isclose(got, 3 * f * s / peak, rtol=1e-9, atol=0):
-            raise Wrong("inference runs the forward pass only: no factor 3.")
-        raise Wrong(f"mfu({f:g}, {s:g}, {peak:.3g}, training={tr}) = {got:.4g}, expected "
-                    f"{want:.4g}.")
+formula_exercise(
+    "12.2", "MFU of a run", mfu,
+    cases=[(19072.0, 50000.0, 1.5e11, True), (19072.0, 50000.0, 1.5e11, False),
+           (2 * 7e9, 3000.0, 8 * GPUS["H100"].peak("bf16"), True), (1e6, 1.0, 1e12, True)],
+    call=lambda f, s, peak, tr: f"mfu({f:g}, {s:g}, {peak:.3g}, training={tr})",
+    shortcuts=[
+        (lambda got, f, s, peak, tr: tr and math.isclose(got, f * s / peak, rel_tol=1e-9),
+         "a training step runs forward and backward: model FLOPs are 3 × the forward FLOPs "
+         "(backward ≈ 2 × forward)."),
+        (equals(lambda f, s, peak, tr: 100 * mfu(f, s, peak, tr)),
+         "return a fraction (0.42), not a percentage (42)."),
+        (lambda got, f, s, peak, tr: not tr and math.isclose(got, 3 * f * s / peak,
+                                                             rel_tol=1e-9),
+         "inference runs the forward pass only: no factor 3."),
+        (lambda got, f, s, peak, tr: tr and math.isclose(got, 2 * f * s / peak, rel_tol=1e-9),
+         "backward ≈ 2 × forward comes on top of the forward itself: a training step is "
+         "3 × the forward FLOPs."),
+        (equals(lambda f, s, peak, tr: 2 * mfu(f, s, peak, tr)),
+         "forward_flops_per_sample is in FLOPs already (2 per multiply-add): do not double "
+         "it; PaLM's 6N per token is 3 × the forward's 2N.")],
+    hint="MFU = (3 if training else 1) × forward FLOPs per sample × samples/s / peak "
+         "(Chowdhery et al., PaLM, 2022, appendix B).")
 
 
 @exercise("12.3", "a speedup with its confidence interval", reference=speedup_with_ci,
@@ -121,22 +128,31 @@ def _(answer):
                     f"quantiles of the resampled ratios.")
 
 
-@exercise("12.4", "size of an int8 model", reference=int8_linear_bytes, binds="int8_bytes")
-def _(answer):
-    for layers in ([(64, 128), (128, 10)], [(10, 50), (50, 1)], [(784, 512), (512, 512),
-                                                                   (512, 10)], [(1, 1)]):
-        got = answer(layers)
-        want = int8_linear_bytes(layers)
-        if got == want:
-            continue
-        w = sum(i * o for i, o in layers)
-        b = sum(o for _, o in layers)
-        if got == w + b + 8 * len(layers):
-            raise Wrong("dynamic quantization keeps the biases in fp32: 4 bytes each.")
-        if got == w + 4 * b:
-            raise Wrong("each quantized weight tensor also stores its scale (fp32) and zero "
-                        "point (int32): 8 bytes per layer.")
-        if got == (4 * w + 4 * b) // 4 or got == w + b:
-            raise Wrong("only the weights become int8; biases stay fp32, and each layer adds "
-                        "a scale and a zero point.")
-        raise Wrong(f"int8_bytes({layers}) = {got}, expected {want}.")
+def _weights_biases(layers):
+    """(weights, biases) of Linear layers given as (in_features, out_features)."""
+    return sum(i * o for i, o in layers), sum(o for _, o in layers)
+
+
+def _int8_shortcut(wrong):
+    """The test "the answer is ``wrong(weights, biases, layer count)``"."""
+    return equals(lambda layers: wrong(*_weights_biases(layers), len(layers)))
+
+
+formula_exercise(
+    "12.4", "size of an int8 model", int8_linear_bytes, binds="int8_bytes",
+    cases=[([(64, 128), (128, 10)],), ([(10, 50), (50, 1)],),
+           ([(784, 512), (512, 512), (512, 10)],), ([(1, 1)],)],
+    call=lambda layers: f"int8_bytes({layers})", rtol=0,
+    shortcuts=[
+        (_int8_shortcut(lambda w, b, n: w + b + 8 * n),
+         "dynamic quantization keeps the biases in fp32: 4 bytes each."),
+        (_int8_shortcut(lambda w, b, n: w + 4 * b),
+         "each quantized weight tensor also stores its scale (fp32) and zero point (int32): "
+         "8 bytes per layer."),
+        (_int8_shortcut(lambda w, b, n: 4 * (w + b)),
+         "that is the fp32 model, 4 bytes per weight; an int8 weight takes 1."),
+        (_int8_shortcut(lambda w, b, n: w + b),
+         "only the weights become int8; biases stay fp32, and each layer adds a scale and a "
+         "zero point.")],
+    hint="1 byte per int8 weight, 4 per fp32 bias, and 8 per layer for the weight's scale "
+         "and zero point.")

@@ -17,6 +17,7 @@ registers exercise 11.2; its checker (:func:`check_formula`) answers Young's √
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Callable, Iterable, Sequence
 
 from labkit.check.core import Wrong, exercise
@@ -54,11 +55,12 @@ def formula_exercise(id: str, title: str, reference: Callable[..., float],
                      shortcuts: Sequence[Shortcut] = (), hint: str, rtol: float = 1e-9,
                      atol: float = 0.0, binds: str | None = None) -> Callable[[Any], None]:
     """Register exercise ``id``: the learner writes ``binds`` (default: the reference's
-    name), checked by :func:`check_formula` on ``cases``. The checker counts as the
-    reference's module's (the registry allows a module to re-register its own ids)."""
+    name), checked by :func:`check_formula` on ``cases``. The checker counts as the calling
+    module's, e.g. ``labkit.check.ch12`` (the registry allows a module to re-register its own
+    ids, and refuses an id that another module registered)."""
     def checker(answer):
         check_formula(answer, reference, cases, call=call, shortcuts=shortcuts, hint=hint,
                       rtol=rtol, atol=atol)
-    checker.__module__ = reference.__module__
+    checker.__module__ = sys._getframe(1).f_globals["__name__"]
     return exercise(id, title, reference=reference,
                     binds=binds or reference.__name__)(checker)

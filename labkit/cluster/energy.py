@@ -6,11 +6,12 @@ energy-proportional computing", IEEE Computer 40(12), 2007, on why idle power ma
 * a GPU running a job draws ``busy_fraction`` × its TDP (thermal design power, from
   :data:`labkit.hardware.GPUS`; training kernels run near the limit, 1.0 by default);
 * an idle GPU (powered, nothing scheduled) draws ``idle_fraction`` × TDP. The default
-  0.11 was measured for this course on an H200 SXM (700 W TDP) with ``nvidia-smi
-  --query-gpu=power.draw``: 79 W with no process on the GPU (11 %), 120 W once a process
-  holds a CUDA context but runs nothing (17 %), 692 W during a bf16 matmul loop (99 %,
-  which supports ``busy_fraction`` = 1). Other GPUs and drivers differ: measure yours and
-  pass it in. Host CPUs, memory, network and cooling (PUE) are left out.
+  0.11 was measured for this course on an H200 SXM (TDP ``GPUS["H200"].tdp_watts``, up to
+  700 W: NVIDIA H200 data sheet) with ``nvidia-smi --query-gpu=power.draw``: 79 W with no
+  process on the GPU (11 %), 120 W once a process holds a CUDA context but runs nothing
+  (17 %), 692 W during a bf16 matmul loop (99 %, which supports ``busy_fraction`` = 1).
+  Other GPUs and drivers differ: measure yours and pass it in. Host CPUs, memory, network
+  and cooling (PUE) are left out.
 
 Energy of a job = its GPUs × the time it ran (every segment, if preempted) × busy power;
 the cluster's energy over the schedule adds the idle GPU-seconds × idle power, from the

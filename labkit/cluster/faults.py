@@ -138,10 +138,6 @@ class Sweep:
     def best_simulated(self) -> float:
         return float(self.intervals[int(np.argmin(self.simulated))])
 
-    @property
-    def best_model(self) -> float:
-        return float(self.intervals[int(np.argmin(self.model))])
-
     def simulated_at(self, tau: float) -> float:
         return float(np.interp(tau, self.intervals, self.simulated))
 

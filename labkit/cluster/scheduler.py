@@ -38,7 +38,6 @@ import numpy as np
 from labkit import validate as v
 from labkit.cluster.jobs import Job
 
-_FULL_RESCAN = False    # tests: rescan the whole queue at every event (same result, slower)
 POLICIES = ("fifo", "sjf", "priority", "easy")
 PLACEMENTS = ("pack", "spread")
 
@@ -270,8 +269,6 @@ def simulate(jobs: Sequence[Job], cluster: Cluster | None = None, policy: str = 
             heapq.heappush(queue, (key(r), r))
         return nodes.choose(gpus[i], placement)
 
-    easy = {"head": -1, "shadow": 0.0, "at_shadow": None}
-
     def max_fit() -> int:
         """The most GPUs one job could get right now."""
         whole = len(nodes.by_free[nodes.gpn])
@@ -282,10 +279,8 @@ def simulate(jobs: Sequence[Job], cluster: Cluster | None = None, policy: str = 
                 return f
         return 0
 
-    def schedule_easy(now: float, freed: bool, new_from: int) -> None:
-        """FCFS start from the head; then backfill. Only a completion (``freed``) or a new
-        head can let an earlier-rejected job in, so otherwise only the arrivals from
-        position ``new_from`` of the queue on are tried."""
+    def schedule_easy(now: float) -> None:
+        """FCFS start from the head; then reserve the head's shadow time and backfill."""
         nonlocal fifo
         k = 0
         while k < len(fifo):                         # FCFS part
@@ -294,25 +289,19 @@ def simulate(jobs: Sequence[Job], cluster: Cluster | None = None, policy: str = 
                 break
             launch(fifo[k], now, alloc)
             k += 1
-        if k:
-            fifo = fifo[k:]
-            new_from = max(new_from - k, 1)
+        fifo = fifo[k:]
         if not fifo:
             return
         head = fifo[0]
-        if freed or head != easy["head"] or _FULL_RESCAN:
-            easy["head"] = head
-            easy["shadow"], easy["at_shadow"] = shadow_of(head)
-            reservations.setdefault(head, easy["shadow"])
-            new_from = 1
-        shadow, at_shadow = easy["shadow"], easy["at_shadow"]
+        shadow, at_shadow = shadow_of(head)
+        reservations.setdefault(head, shadow)
         limit = max_fit()
-        if limit == 0 or new_from >= len(fifo):
+        if limit == 0 or len(fifo) == 1:
             return
         # necessary: fits now, and ends before the shadow or fits beside the head then
         spare = at_shadow.total_free - gpus[head]
         horizon = shadow - now
-        cand = [i for i in fifo[new_from:] if gpus[i] <= limit and
+        cand = [i for i in fifo[1:] if gpus[i] <= limit and
                 (est[i] <= horizon or gpus[i] <= spare)]
         if not cand:
             return
@@ -366,8 +355,6 @@ def simulate(jobs: Sequence[Job], cluster: Cluster | None = None, policy: str = 
 
     a = 0
     while a < n or done_heap or queue or fifo:
-        freed = False
-        new_from = len(fifo)
         t_arr = arrival[order[a]] if a < n else np.inf
         t_done = done_heap[0][0] if done_heap else np.inf
         now = min(t_arr, t_done)
@@ -381,7 +368,6 @@ def simulate(jobs: Sequence[Job], cluster: Cluster | None = None, policy: str = 
             nodes.give(alloc)
             running_est.pop(i, None)
             end[i] = t
-            freed = True
             remaining[i] = 0.0
             segments.append(Segment(i, seg_start[i], t, alloc))
         while a < n and arrival[order[a]] <= now:
@@ -392,7 +378,7 @@ def simulate(jobs: Sequence[Job], cluster: Cluster | None = None, policy: str = 
                 heapq.heappush(queue, (key(i), i))
             a += 1
         if policy == "easy":
-            schedule_easy(now, freed, new_from)
+            schedule_easy(now)
         else:
             schedule_heap(now)
     segments.sort(key=lambda s: (s.start, s.job))

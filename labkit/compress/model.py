@@ -188,14 +188,18 @@ def unit_roundoff(fmt: str) -> float:
 
 
 def round_to(x, fmt: str) -> np.ndarray:
-    """``x`` rounded to ``fmt`` (round to nearest even), returned as float64. bf16 is done on
-    the float32 bit pattern: add 0x7FFF + the lowest kept bit, drop the low 16 bits."""
+    """``x`` rounded to ``fmt`` (round to nearest even), returned as float64; NaN stays NaN
+    and overflow gives ±inf. fp16 is one numpy cast from float64 (one rounding; PyTorch's
+    float64 → float16 goes through float32 and can round twice). bf16 is done on the
+    float32 bit pattern: add 0x7FFF + the lowest kept bit, drop the low 16 bits; a float64
+    ``x`` is rounded to float32 first, as PyTorch's float64 → bfloat16 conversion does.
+    (The one implementation: :func:`labkit.kernels.tensorcore.round_to` is this in float32.)"""
     V.one_of("fmt", fmt, tuple(FORMATS))
-    x = np.asarray(x, dtype=np.float64)
-    if fmt == "fp16":
-        with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):   # ±inf and NaN are results, not warnings
+        x = np.asarray(x, dtype=np.float64)
+        if fmt == "fp16":
             return x.astype(np.float16).astype(np.float64)
-    f = x.astype(np.float32)
+        f = x.astype(np.float32)
     if fmt == "fp32":
         return f.astype(np.float64)
     b = f.view(np.uint32).astype(np.uint64)

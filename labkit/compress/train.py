@@ -1,9 +1,12 @@
 """Chapter 08 experiments with torch on scikit-learn's digits: trained MLPs, quantized,
-pruned and distilled copies, PyTorch's dynamic quantization, and timings."""
+pruned and distilled copies, PyTorch's dynamic quantization, and timings.
+
+Training and timing run torch and numpy's BLAS on one thread (``labkit.perf.threads(1)``):
+small models on a shared machine, where more threads only contend and spinning BLAS
+threads make timings erratic."""
 from __future__ import annotations
 
 import copy
-import io
 import warnings
 from dataclasses import dataclass
 
@@ -11,24 +14,9 @@ import numpy as np
 
 from labkit import validate as V
 from labkit.compress.model import QuantLinear, fake_quant, magnitude_mask, structured_mask
-
-
-class one_thread:
-    """Run torch and numpy's BLAS with one thread inside the block (small models on a
-    shared machine: more threads only contend, and spinning BLAS threads make timings
-    erratic), restoring the previous settings afterwards."""
-
-    def __enter__(self):
-        import torch
-        from threadpoolctl import threadpool_limits
-        self.n = torch.get_num_threads()
-        torch.set_num_threads(1)
-        self.limits = threadpool_limits(1)
-
-    def __exit__(self, *exc):
-        import torch
-        self.limits.restore_original_limits()
-        torch.set_num_threads(self.n)
+from labkit.perf.deploy import quantize_int8, state_bytes
+from labkit.perf.metrics import top1_accuracy
+from labkit.perf.timing import benchmark, threads
 
 
 def _t(x):
@@ -62,7 +50,7 @@ def train_mlp(sizes, split, *, epochs: int = 30, lr: float = 3e-3, batch: int = 
         with torch.no_grad():
             soft = F.log_softmax(teacher(x) / T, dim=1)
     g = torch.Generator().manual_seed(seed)
-    with one_thread():
+    with threads(1):
         _fit(model, opt, x, y, lab, soft, g, epochs, batch, T, alpha)
     return model.eval()
 
@@ -86,12 +74,13 @@ def _fit(model, opt, x, y, lab, soft, g, epochs, batch, T, alpha):
 
 
 def accuracy(fn, x, y) -> float:
-    """Share of correct argmax predictions of ``fn`` (a torch module or a numpy function)."""
+    """Top-1 accuracy (:func:`labkit.perf.metrics.top1_accuracy`) of ``fn``, a torch module
+    or a numpy function."""
     import torch
 
     with torch.no_grad():
         out = fn(_t(x)) if isinstance(fn, torch.nn.Module) else fn(np.asarray(x))
-    return float(np.mean(np.asarray(out).argmax(1) == np.asarray(y)))
+    return top1_accuracy(np.asarray(out), y)
 
 
 def linears(model):
@@ -141,30 +130,6 @@ def labkit_int8(model):
     return forward, sum(layer.nbytes for layer in layers)
 
 
-def torch_dynamic_int8(model):
-    """``torch.ao.quantization.quantize_dynamic`` on the Linear layers (qint8 weights, per
-    tensor; activations quantized per batch at run time). ``torch.ao.quantization`` is
-    deprecated in favour of torchao (its warning announces removal) but still present in
-    torch 2.13; the deprecation warnings are silenced here."""
-    import torch
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from torch.ao.quantization import quantize_dynamic
-        return quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8)
-
-
-def state_bytes(model) -> int:
-    """Bytes of ``torch.save(model.state_dict())``."""
-    import torch
-
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.save(model.state_dict(), buf)
-    return buf.getbuffer().nbytes
-
-
 @dataclass(frozen=True)
 class CompressRow:
     name: str
@@ -180,15 +145,13 @@ def compare_int8(model, split, batch: int = 256, repeats: int = 7) -> list[Compr
     xb = split.x_test[:batch]
     xt = _t(xb)
     fwd, nbytes = labkit_int8(model)
-    dyn = torch_dynamic_int8(model)
-    with one_thread():
+    dyn = quantize_int8(model)
+    with threads(1):
         return _time_rows(model, fwd, nbytes, dyn, xb, xt, split, repeats)
 
 
 def _time_rows(model, fwd, nbytes, dyn, xb, xt, split, repeats):
     import torch
-
-    from labkit.perf import time_call
 
     rows = []
     for name, fn, size, call in (
@@ -196,7 +159,7 @@ def _time_rows(model, fwd, nbytes, dyn, xb, xt, split, repeats):
             ("int8 (labkit, numpy)", fwd, nbytes, lambda: fwd(xb)),
             ("int8 dynamic (torch)", dyn, state_bytes(dyn), lambda: dyn(xt))):
         with torch.no_grad():
-            lat = time_call(call, repeats=repeats, warmup=2).median
+            lat = benchmark(call, repeats=repeats, warmup=2).median
         rows.append(CompressRow(name, accuracy(fn, split.x_test, split.y_test), size, lat))
     return rows
 
@@ -227,8 +190,6 @@ def sparse_matmul_timing(n: int = 1024, batch: int = 256, sparsity: float = 0.9,
     smaller dense matrix with (1 − sparsity)·n rows)."""
     import torch
 
-    from labkit.perf import time_call
-
     g = torch.Generator().manual_seed(0)
     w = torch.randn(n, n, generator=g)
     x = torch.randn(batch, n, generator=g)
@@ -238,8 +199,8 @@ def sparse_matmul_timing(n: int = 1024, batch: int = 256, sparsity: float = 0.9,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")      # "Sparse CSR tensor support is in beta"
         csr = wz.to_sparse_csr()
-    with torch.no_grad(), one_thread():
-        t = lambda f: time_call(f, repeats=repeats, warmup=1).best  # noqa: E731  (least disturbed run)
+    with torch.no_grad(), threads(1):
+        t = lambda f: benchmark(f, repeats=repeats, warmup=1).best  # noqa: E731  (least disturbed run)
         res = {"dense": t(lambda: x @ w.T),
                f"{sparsity:.0%} zeros, dense kernel": t(lambda: x @ wz.T),
                "sparse CSR kernel": t(lambda: torch.sparse.mm(csr, x.T)),

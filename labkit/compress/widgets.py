@@ -5,13 +5,8 @@ import numpy as np
 
 from labkit import validate as V
 from labkit.compress.model import FORMATS, fake_quant, underflow_fraction
-
-
-def _show(fig):
-    import matplotlib.pyplot as plt
-    from IPython.display import display
-    display(fig)
-    plt.close(fig)
+from labkit.controls import checkbox, fixed, int_slider, interactive
+from labkit.show import show
 
 
 def demo_weights(seed: int = 0) -> np.ndarray:
@@ -36,17 +31,16 @@ def show_quant(bits: int, symmetric: bool, per_channel: bool, w=None):
     print(f"{bits}-bit {'symmetric' if symmetric else 'asymmetric'} "
           f"{'per channel' if per_channel else 'per tensor'}: relative error per row "
           f"median {np.median(rel):.3f}, worst {rel.max():.3f}; distinct values {np.unique(wq).size}")
-    _show(plot_quant(w, wq, f"{bits} bits, {'per channel' if per_channel else 'per tensor'}"))
+    show(plot_quant(w, wq, f"{bits} bits, {'per channel' if per_channel else 'per tensor'}"))
     return rel
 
 
-def quant_widget():
+def quant_widget(bits: int = 4, symmetric: bool = True, per_channel: bool = False):
     """bits (first slider), symmetric, per channel → quantized weights and their error."""
-    import ipywidgets as W
-    return W.interactive(show_quant, bits=W.IntSlider(value=4, min=2, max=8, description="bits"),
-                         symmetric=W.Checkbox(value=True, description="symmetric"),
-                         per_channel=W.Checkbox(value=False, description="per channel"),
-                         w=W.fixed(None))
+    return interactive(show_quant, bits=int_slider("bits", bits, 2, 8, "bits"),
+                       symmetric=checkbox("symmetric", symmetric, "symmetric"),
+                       per_channel=checkbox("per_channel", per_channel, "per channel"),
+                       w=fixed(None))
 
 
 def show_scaling(log2_scale: int, grads=None):
@@ -59,15 +53,14 @@ def show_scaling(log2_scale: int, grads=None):
     print(f"loss scale 2^{log2_scale}: {lost:.1%} of the gradients underflow to 0 in fp16, "
           f"{over:.1%} overflow to inf")
     f16 = FORMATS["fp16"]
-    _show(plot_gradients(g, s, f16.min_subnormal, f16.max, f"loss scale 2^{log2_scale}"))
+    show(plot_gradients(g, s, f16.min_subnormal, f16.max, f"loss scale 2^{log2_scale}"))
     return lost, over
 
 
-def scaling_widget(grads=None):
+def scaling_widget(grads=None, log2_scale: int = 0):
     """log2 of the loss scale (first slider) → share of fp16 gradients lost."""
-    import ipywidgets as W
     if grads is not None:
         grads = V.array("grads", grads)
-    return W.interactive(show_scaling, log2_scale=W.IntSlider(value=0, min=0, max=40,
-                                                              description="log2 scale"),
-                         grads=W.fixed(grads))
+    return interactive(show_scaling,
+                       log2_scale=int_slider("log2_scale", log2_scale, 0, 40, "log2 scale"),
+                       grads=fixed(grads))

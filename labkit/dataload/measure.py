@@ -166,12 +166,6 @@ def measure_stage_costs(dataset: EncodedImages, batch_size: int = 32, hidden: in
     return StageCosts(t_dec, t_aug, t_step)
 
 
-def config_from(costs: StageCosts, *, batch_size: int = 32, cores: int = 2, **kw) -> PipelineConfig:
-    """A simulator configuration with the measured stage costs."""
-    return PipelineConfig(batch_size=batch_size, cores=cores, decode_s=costs.decode_s,
-                          augment_s=costs.augment_s, compute_s=costs.compute_s, **kw)
-
-
 def background_processes(cpu_share: float, cores: int) -> int:
     """Other CPU-bound processes implied by a CPU-bound process getting ``cpu_share`` of a
     core: with b others on c cores a fair scheduler gives each c / (b + 1) when b + 1 > c,

@@ -4,16 +4,14 @@ from __future__ import annotations
 import numpy as np
 
 from labkit import validate as V
+from labkit.controls import checkbox, fixed, float_slider, int_slider, interactive
 from labkit.dataload.sim import PipelineConfig, simulate
+from labkit.show import show
 
 MAX_WORKERS = 32
-
-
-def _show(fig):
-    import matplotlib.pyplot as plt
-    from IPython.display import display
-    display(fig)
-    plt.close(fig)
+MAX_CORES = 64
+MAX_PREFETCH = 8
+MIN_MS = 0.5        # the load and step sliders' lower end and step (ms)
 
 
 def show_machine(cores: int, load_ms: float, compute_ms: float, accelerator: bool,
@@ -35,30 +33,40 @@ def show_machine(cores: int, load_ms: float, compute_ms: float, accelerator: boo
     print(f"{cores} cores, load {load_ms:.1f} ms/batch, step {compute_ms:.1f} ms on "
           f"{'an accelerator' if accelerator else 'the CPU'}: {max(rates):,.0f} samples/s at best, "
           f"99 % of it from num_workers={best}; the step alone allows {B / (compute_ms * 1e-3):,.0f}")
-    _show(plot_throughput(workers, rates, measured=measured,
-                          title=f"{cores} cores, {'accelerator' if accelerator else 'CPU'} compute"))
+    show(plot_throughput(workers, rates, measured=measured,
+                         title=f"{cores} cores, {'accelerator' if accelerator else 'CPU'} compute"))
     return rates
+
+
+def _base(base: PipelineConfig | None) -> PipelineConfig:
+    if base is None:
+        return PipelineConfig()
+    if not isinstance(base, PipelineConfig):
+        raise TypeError(f"base must be a PipelineConfig, got {type(base).__name__}")
+    return base
+
+
+def _ms_slider(name: str, seconds: float, high: float, description: str):
+    """A slider in ms from ``MIN_MS`` to ``max(high, 2 × the value)`` starting at
+    ``seconds``; a cost below ``MIN_MS`` starts at ``MIN_MS`` (the slider's lower end)."""
+    ms = max(round(seconds * 1e3, 1), MIN_MS)
+    return float_slider(name, ms, MIN_MS, max(high, 2 * ms), MIN_MS, description)
 
 
 def machine_widget(base: PipelineConfig | None = None, measured=None, max_workers: int = 8):
     """Cores (first slider), load and step cost, accelerator on/off, prefetch → the curve."""
-    import ipywidgets as W
-
-    base = base or PipelineConfig()
+    base = _base(base)
     max_workers = V.integer("max_workers", max_workers, low=1, high=MAX_WORKERS)
-    load_ms = round(base.load_cpu_s * 1e3, 1)
-    comp_ms = round(base.compute_s * 1e3, 1)
-    return W.interactive(
+    return interactive(
         show_machine,
-        cores=W.IntSlider(value=base.cores, min=1, max=64, description="cores"),
-        load_ms=W.FloatSlider(value=load_ms, min=0.5, max=max(100.0, 2 * load_ms), step=0.5,
-                              description="load ms/batch"),
-        compute_ms=W.FloatSlider(value=comp_ms, min=0.5, max=max(50.0, 2 * comp_ms), step=0.5,
-                                 description="step ms"),
-        accelerator=W.Checkbox(value=not base.compute_on_cpu, description="step on an accelerator"),
-        prefetch_factor=W.IntSlider(value=base.prefetch_factor, min=1, max=8,
-                                    description="prefetch"),
-        base=W.fixed(base), measured=W.fixed(measured), max_workers=W.fixed(max_workers))
+        cores=int_slider("base.cores", base.cores, 1, MAX_CORES, "cores"),
+        load_ms=_ms_slider("load_ms", base.load_cpu_s, 100.0, "load ms/batch"),
+        compute_ms=_ms_slider("compute_ms", base.compute_s, 50.0, "step ms"),
+        accelerator=checkbox("accelerator", not base.compute_on_cpu,
+                             "step on an accelerator"),
+        prefetch_factor=int_slider("base.prefetch_factor", base.prefetch_factor, 1,
+                                   MAX_PREFETCH, "prefetch"),
+        base=fixed(base), measured=fixed(measured), max_workers=fixed(max_workers))
 
 
 def show_steps(num_workers: int, prefetch_factor: int, base: PipelineConfig, steps: int = 12):
@@ -68,20 +76,16 @@ def show_steps(num_workers: int, prefetch_factor: int, base: PipelineConfig, ste
     r = simulate(base, num_workers=num_workers, prefetch_factor=prefetch_factor)
     print(f"num_workers={num_workers}, prefetch_factor={prefetch_factor}: "
           f"{r.samples_per_s:,.0f} samples/s, waiting for data {r.wait_fraction:.1%} of the time")
-    _show(plot_steps(r, steps))
+    show(plot_steps(r, steps))
     return r
 
 
 def steps_widget(base: PipelineConfig | None = None):
     """num_workers (first slider) and prefetch_factor → the step timeline."""
-    import ipywidgets as W
-
-    base = base or PipelineConfig()
-    if not isinstance(base, PipelineConfig):
-        raise TypeError(f"base must be a PipelineConfig, got {type(base).__name__}")
-    return W.interactive(show_steps,
-                         num_workers=W.IntSlider(value=base.num_workers, min=0, max=MAX_WORKERS,
-                                                 description="num_workers"),
-                         prefetch_factor=W.IntSlider(value=base.prefetch_factor, min=1, max=8,
-                                                     description="prefetch"),
-                         base=W.fixed(base), steps=W.fixed(12))
+    base = _base(base)
+    return interactive(show_steps,
+                       num_workers=int_slider("base.num_workers", base.num_workers, 0,
+                                              MAX_WORKERS, "num_workers"),
+                       prefetch_factor=int_slider("base.prefetch_factor", base.prefetch_factor,
+                                                  1, MAX_PREFETCH, "prefetch"),
+                       base=fixed(base), steps=fixed(12))

@@ -15,6 +15,16 @@ from functools import lru_cache
 from labkit.hardware import MAX_THREADS_PER_BLOCK
 
 
+GRID_MASK = 0x7FFFFFFF
+"""``cuda.blockIdx.x & GRID_MASK`` (and ``gridDim``): numba reads the block index and the
+grid size as signed 32-bit numbers, so an index built from them may be negative as far as
+the compiler knows and pays numba's negative-index wrap-around (a compare and select and
+64-bit arithmetic per access, see :func:`matmul_naive`). No grid reaches 2^31 blocks along
+a dimension (CUDA C++ Programming Guide, "Technical Specifications per Compute
+Capability": at most 2^31 - 1 along x, 65535 along y and z), so the mask changes no value
+and proves it >= 0."""
+
+
 def _check_pow2(value: int, what: str, low: int = 1, high: int = MAX_THREADS_PER_BLOCK) -> None:
     from labkit.validate import power_of_two
     power_of_two(what, value, low=low, high=high)
@@ -439,9 +449,15 @@ def matmul_register_blocked(tile: int = 16, rows: int = 4):
     A block of (tile, tile // rows) threads computes a tile x tile block of c. Per phase a
     thread reads one value of sb and reuses it from a register for ``rows`` products, so
     shared-memory reads per output drop from 2 * tile to tile * (1 + 1 / rows). The thread
-    index is masked and the k loops are ``while`` loops so that the compiler can prove
-    every index >= 0 and skips numba's negative-index wrap-around (see
-    :func:`matmul_2d_blocked`).
+    and block indices are masked (:data:`GRID_MASK`) and the k loops are ``while`` loops so
+    that the compiler can prove every index >= 0 and skips numba's negative-index
+    wrap-around; a phase whose tiles lie wholly inside a and b (``full``) skips the bounds
+    guards: written once as ``full or (guard)``, the compiler makes an unguarded copy of
+    the loads for it (see :func:`matmul_2d_blocked`). On sm_90 at (64, 4) a full phase is
+    then 475 instructions for 256 FFMAs (54 %; was 556, 46 %, with the guards and the
+    wrap-around of the block index), of which the k loop is 63 % FFMAs: with one b value
+    and one ``LDS.128`` of a per 4 FFMAs, two shared loads per 4 FFMAs bound a 1-D
+    register block at 4 / 6 = 67 %, the step that 2-D blocking takes.
     """
     _check_pow2(tile, "tile", 2, 64)
     _check_pow2(rows, "rows", 1, tile)
@@ -457,20 +473,24 @@ def matmul_register_blocked(tile: int = 16, rows: int = 4):
             acc = cuda.local.array(rows, cuda.float32)
             tx = cuda.threadIdx.x & (tile - 1)      # no-ops for blockDim (tile, height)
             ty = cuda.threadIdx.y & (height - 1)    # that prove 0 <= tx, ty
-            j = cuda.blockIdx.x * tile + tx
-            i0 = cuda.blockIdx.y * tile
+            j0 = (cuda.blockIdx.x & GRID_MASK) * tile   # and 0 <= j0, i0: GRID_MASK
+            i0 = (cuda.blockIdx.y & GRID_MASK) * tile
+            j = j0 + tx
+            m = a.shape[0]
             n_k = a.shape[1]
+            inside = i0 + tile <= m and j0 + tile <= b.shape[1]
             for r in range(rows):
                 acc[r] = 0.0
             k0 = 0
             while k0 < n_k:                         # one phase per tile columns of a
+                full = inside and k0 + tile <= n_k  # no guard can fail: unguarded loads
                 for r in range(rows):
                     li = ty + r * height
-                    if i0 + li < a.shape[0] and k0 + tx < n_k:
+                    if full or (i0 + li < m and k0 + tx < n_k):
                         sa[li, tx] = a[i0 + li, k0 + tx]
                     else:
                         sa[li, tx] = 0.0
-                    if k0 + li < n_k and j < b.shape[1]:
+                    if full or (k0 + li < n_k and j < b.shape[1]):
                         sb[li, tx] = b[k0 + li, j]
                     else:
                         sb[li, tx] = 0.0
@@ -594,6 +614,15 @@ def reduce_fast(block: int = 256, unroll: int = 4):
       shared word per warp, then warp 0 reduces those;
     * one ``atomic.add`` per block into ``out[0]`` (``out`` must start at 0).
 
+    Written for the compiler (``benchmarks/ptx_report.py --only reduce_fast``): the block
+    index and the grid size are masked (:data:`GRID_MASK`) so that the compiler proves
+    every ``i + u * step`` >= 0. On sm_90 at (256, 4) the grid-stride loop is then 26
+    instructions for 4 loads, 6.5 per element (was 54, 13.5: numba's negative-index
+    wrap-around cost 4 integer instructions per load), all loads issued before the first
+    add; at ``unroll=8`` 46 for 8, 5.75 per element. The tail loop (fewer than ``unroll``
+    trips per thread) keeps the wrap-around: the compiler cannot bound ``i`` after the
+    loop.
+
     Traffic (tested against traces): n global reads, one atomic per block, ``block / 32``
     shared writes and reads per block, ``5 * (block + 32)`` shuffles per block.
     """
@@ -604,9 +633,9 @@ def reduce_fast(block: int = 256, unroll: int = 4):
     def factory(cuda):
         def kernel(a, out):
             sums = cuda.shared.array(n_warps, cuda.float32)
-            t = cuda.threadIdx.x
-            step = block * cuda.gridDim.x
-            i = cuda.blockIdx.x * block + t
+            t = cuda.threadIdx.x & (block - 1)      # no-op masks (blockDim is block) that
+            step = block * (cuda.gridDim.x & GRID_MASK)     # prove t, step, i >= 0
+            i = (cuda.blockIdx.x & GRID_MASK) * block + t
             n = a.size
             acc = cuda.local.array(unroll, cuda.float32)
             for u in range(unroll):
@@ -702,14 +731,21 @@ def matmul_2d_blocked(bm: int = 64, bn: int = 64, bk: int = 8, tm: int = 4, tn: 
     (was 64 FFMA, 16 LDS, 86 others), a whole phase 785 instructions for 512 FFMAs (was
     1602), 128 registers (was 146: two 256-thread blocks fit in an SM's 64 K registers, not
     one), no local memory, no spills; the 8 global loads of a phase are issued before the
-    first shared store (they were interleaved, one load's latency at a time).
+    first shared store (they were interleaved, one load's latency at a time). Two more for
+    the tile loads: the block index is masked too (:data:`GRID_MASK`), and a phase whose
+    tiles lie wholly inside a and b (``full``) skips the guards — written once as
+    ``full or (guard)``, from which the compiler makes an unguarded copy of the loads. A
+    full phase is then 745 instructions (69 % FFMAs) in 124 registers; at (64, 64, 8, 4,
+    4) 221 instead of 239 (58 % FFMAs instead of 54 %) in 48 registers instead of 56
+    (five blocks per SM instead of four).
 
     Where the micro-tile alone (tm tn accumulators, tm + tn operands) takes half of
     :data:`REGISTER_BUDGET_2D` or more, the factory's ``jit_options`` cap its registers at
     that budget (``max_registers``, applied when the PTX is assembled: ``ptxas
     -maxrregcount``), so another ptxas cannot make (128, 128, 8, 8, 8) 146 again. Smaller
     micro-tiles go uncapped: given a cap, ptxas 13.x spends registers up to it ((64, 64, 8,
-    4, 4) went from 56 to 68, four blocks per SM to three). Launch bounds (``launch_bounds=(256, 2)``) were
+    4, 4) went from 56 to 68, four blocks per SM to three; with the full-tile path,
+    from 48 to 64, five to four). Launch bounds (``launch_bounds=(256, 2)``) were
     tried and left out: libnvvm reads them too and wrote other PTX, which ptxas made 116
     registers but 902 instructions a phase instead of 785.
 
@@ -742,20 +778,22 @@ def matmul_2d_blocked(bm: int = 64, bn: int = 64, bk: int = 8, tm: int = 4, tn: 
             tx = cuda.threadIdx.x & (cs - 1)    # the masks change nothing (blockDim is
             ty = cuda.threadIdx.y & (rs - 1)    # (cs, rs)) but prove 0 <= tx, ty
             t = ty * cs + tx
-            i0 = cuda.blockIdx.y * bm
-            j0 = cuda.blockIdx.x * bn
+            i0 = (cuda.blockIdx.y & GRID_MASK) * bm     # and 0 <= i0, j0
+            j0 = (cuda.blockIdx.x & GRID_MASK) * bn
             m = a.shape[0]
             n_k = a.shape[1]
             n = b.shape[1]
+            inside = i0 + bm <= m and j0 + bn <= n
             for e in range(n_acc):
                 acc[e] = 0.0
             k0 = 0
             while k0 < n_k:                     # one phase per bk columns of a
+                full = inside and k0 + bk <= n_k    # no guard can fail: unguarded loads
                 for l in range(loads_a):
                     e = t + l * threads
                     ii = e // bk
                     kk = e % bk
-                    if i0 + ii < m and k0 + kk < n_k:
+                    if full or (i0 + ii < m and k0 + kk < n_k):
                         sa[kk, ii] = a[i0 + ii, k0 + kk]
                     else:
                         sa[kk, ii] = 0.0
@@ -763,7 +801,7 @@ def matmul_2d_blocked(bm: int = 64, bn: int = 64, bk: int = 8, tm: int = 4, tn: 
                     e = t + l * threads
                     kk = e // bn
                     jj = e % bn
-                    if k0 + kk < n_k and j0 + jj < n:
+                    if full or (k0 + kk < n_k and j0 + jj < n):
                         sb[kk, jj] = b[k0 + kk, j0 + jj]
                     else:
                         sb[kk, jj] = 0.0

@@ -183,8 +183,8 @@ LADDER_SHAPES = {
     "register": dict(tile=64, rows=4),
     "register2d": dict(bm=128, bn=128, bk=8, tm=8, tn=8),
 }
-LADDER_REGISTERS = {"naive": 32, "coalesced": 32, "tiled": 32, "register": 56,
-                    "register2d": 128}
+LADDER_REGISTERS = {"naive": 32, "coalesced": 32, "tiled": 32, "register": 54,
+                    "register2d": 124}
 """Registers per thread for occupancy, at :data:`LADDER_SHAPES`: ptxas 13.x counts for
 sm_90 (``ptxas -v``), from ``benchmarks/ptx_report.py``; another ptxas may differ."""
 

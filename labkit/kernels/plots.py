@@ -172,31 +172,34 @@ def plot_occupancy(occ, sweep: Sequence | None = None):
     return fig
 
 
-def plot_roofline(hardware: Sequence, points: Sequence = (), precision: str = "fp32"):
-    """Log-log roofline of each hardware at one ``precision`` (machines without it are left
-    out) with kernels (KernelCost) placed on the first."""
-    from labkit.kernels.roofline import attainable
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.5, 4.6))
-    xs = np.logspace(-2, 4, 200)
-    hardware = [hw for hw in hardware if hw.has(precision)]
-    if not hardware:
-        raise ValueError(f"no machine here has a {precision} rate")
-    for hw in hardware:
-        ax.loglog(xs, attainable(hw, xs, precision) / 1e12,
-                  label=f"{hw.name} (ridge {hw.ridge(precision):.3g} FLOP/B)")
-    for p in points:
-        y = attainable(hardware[0], p.intensity, precision) / 1e12
-        ax.scatter([p.intensity], [y], zorder=4, s=40)
-        ax.annotate(f"{p.name}\n{p.intensity:.3g} FLOP/B", (p.intensity, y), fontsize=8,
-                    textcoords="offset points", xytext=(5, -18))
-    ax.set_xlabel("arithmetic intensity (FLOP / byte of global memory)")
+def plot_roofline(rooflines: Sequence, points: Sequence = (), title: str | None = None,
+                  intensity_range: tuple[float, float] = (1e-2, 1e4), ax=None):
+    """Log-log roofs min(peak, I x bandwidth) of each :class:`~labkit.kernels.roofline.Roofline`
+    (measured machines solid, data sheets dashed, each ridge point a dot) with ``points``,
+    (name, intensity) pairs, placed on the first roof. Say in ``title`` which precision."""
+    rooflines = list(rooflines)
+    if not rooflines:
+        raise ValueError("rooflines must hold at least one Roofline")
+    if ax is None:
+        _, ax = _plt().subplots(figsize=(7.5, 4.6))
+    xs = np.geomspace(*intensity_range, 200)
+    for k, r in enumerate(rooflines):
+        ax.loglog(xs, r.attainable(xs) / 1e12, "-" if r.measured else "--", color=f"C{k}",
+                  label=f"{r.name} (ridge {r.ridge:.3g} FLOP/B)")
+        ax.plot([r.ridge], [r.peak / 1e12], "o", color=f"C{k}", ms=4)
+    for name, intensity in points:
+        y = rooflines[0].attainable(intensity) / 1e12
+        ax.plot([intensity], [y], "*", ms=12, color="k", zorder=4)
+        ax.annotate(f"{name}\n{intensity:.3g} FLOP/B", (intensity, y), fontsize=8,
+                    textcoords="offset points", xytext=(6, -18))
+    ax.set_xlabel("arithmetic intensity (FLOP / byte of main memory)")
     ax.set_ylabel("attainable TFLOP/s")
-    ax.set_title(f"roofline, every machine at {precision}")
+    if title:
+        ax.set_title(title)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(True, which="both", alpha=0.2)
-    fig.tight_layout()
-    return fig
+    ax.figure.tight_layout()
+    return ax.figure
 
 
 def plot_error_vs_k(result):

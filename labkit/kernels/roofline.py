@@ -1,15 +1,25 @@
-"""Roofline model (Williams, Waterman & Patterson, CACM 52(4), 2009).
+"""Roofline model: the course's one (Williams, Waterman & Patterson, "Roofline: an insightful
+visual performance model for multicore architectures", CACM 52(4), 2009).
 
-Attainable FLOP/s = min(peak FLOP/s, arithmetic intensity x memory bandwidth). A kernel
-whose intensity (FLOP per byte moved) is left of the ridge point peak / bandwidth is
-memory-bound. The presets are :mod:`labkit.hardware`'s data sheets (dense rates, no
-sparsity); a comparison uses one precision for every machine and says which: FP32 on the
-CUDA cores (what labkit's kernels use), TF32 or BF16 on the Tensor Cores. A machine that
-lacks a precision (this computer has only a measured FP32 rate) is left out of that
-comparison rather than drawn at another precision.
+A kernel that does F FLOPs and moves Q bytes of main memory has arithmetic intensity
+I = F / Q and runs at most at
 
-``measure_machine()`` adds this computer, measured by :mod:`labkit.perf.machine` (float32
-matmul FLOP/s and the STREAM triad bandwidth, McCalpin's "STREAM" benchmark).
+    attainable(I) = min(peak FLOP/s, I × bandwidth),
+
+so its time is at least max(F / peak, Q / bandwidth). The ridge point peak / bandwidth
+separates memory-bound (I below it) from compute-bound kernels.
+
+* :class:`Roofline` — one machine at one precision: the formulas above.
+* :class:`Hardware` — one machine's rates, a peak per precision and one bandwidth;
+  ``hw.roofline("bf16")`` is its :class:`Roofline` at that precision. A comparison uses one
+  precision for every machine and says which: FP32 on the CUDA cores (what labkit's kernels
+  use), TF32 or BF16 on the Tensor Cores. A machine that lacks a precision (this computer has
+  only a measured FP32 rate) is left out of that comparison rather than drawn at another one.
+
+The GPUs are :mod:`labkit.hardware`'s data sheets (dense rates, no sparsity): ``PRESETS``
+(A100, H100, H200 as :class:`Hardware`) and ``datasheet(key, precision)`` (a
+:class:`Roofline`). This computer is measured by :mod:`labkit.perf.machine` (float32 matmul
+FLOP/s and the STREAM triad bandwidth, McCalpin's "STREAM" benchmark).
 """
 from __future__ import annotations
 
@@ -19,19 +29,59 @@ from functools import lru_cache
 import numpy as np
 
 from labkit import hardware as _hw
+from labkit import validate as v
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """One machine's roofs at one precision."""
+    name: str
+    peak: float            # FLOP/s
+    bandwidth: float       # bytes/s of main (HBM or DRAM) memory
+    source: str = ""
+    measured: bool = False
+
+    def __post_init__(self):
+        v.positive("peak", self.peak)
+        v.positive("bandwidth", self.bandwidth)
+
+    @property
+    def ridge(self) -> float:
+        """Arithmetic intensity (FLOP/byte) where the memory roof meets the compute roof."""
+        return self.peak / self.bandwidth
+
+    def attainable(self, intensity):
+        """min(peak, I × bandwidth) in FLOP/s (a float, or an array for an array of I)."""
+        i = np.asarray(intensity, dtype=float)
+        if not np.all(np.isfinite(i)) or np.any(i <= 0):
+            raise ValueError(f"intensity must be > 0 FLOP/byte, got {intensity}")
+        out = np.minimum(self.peak, i * self.bandwidth)
+        return float(out) if out.ndim == 0 else out
+
+    def min_time(self, flops: float, nbytes: float) -> float:
+        """Roofline lower bound on the time: max(F / peak, Q / bandwidth) seconds."""
+        flops = v.nonnegative("flops", flops)
+        nbytes = v.nonnegative("nbytes", nbytes)
+        return max(flops / self.peak, nbytes / self.bandwidth)
+
+    def bound(self, intensity: float) -> str:
+        """'memory-bound' (I below the ridge) or 'compute-bound'."""
+        intensity = v.positive("intensity", intensity)
+        return "memory-bound" if intensity < self.ridge else "compute-bound"
+
+
+PRECISIONS = ("fp32", "tf32", "bf16")
+"""fp32: CUDA cores; tf32 and bf16: Tensor Cores (dense)."""
 
 
 @dataclass(frozen=True)
 class Hardware:
-    """One machine's roofs: dense FLOP/s per precision and main-memory bandwidth."""
+    """One machine's rates: dense FLOP/s per precision and main-memory bandwidth."""
     name: str
     flops: dict = field(default_factory=dict)   # precision -> FLOP/s
     bandwidth: float = 0.0                       # bytes/s of main (HBM or DRAM) memory
     source: str = ""
-
-    @property
-    def peak_fp32(self) -> float:
-        return self.flops["fp32"]
+    measured: bool = False
 
     def has(self, precision: str) -> bool:
         return precision in self.flops
@@ -39,13 +89,14 @@ class Hardware:
     def peak(self, precision: str = "fp32") -> float:
         return _hw.peak_rate(self.flops, precision, self.name, PRECISIONS)
 
+    def roofline(self, precision: str = "fp32") -> Roofline:
+        """This machine's :class:`Roofline` at ``precision`` (one it has)."""
+        return Roofline(f"{self.name}, {precision}", self.peak(precision), self.bandwidth,
+                        self.source, self.measured)
+
     def ridge(self, precision: str = "fp32") -> float:
         """Intensity (FLOP/byte) where the memory roof meets the compute roof."""
-        return self.peak(precision) / self.bandwidth
-
-
-PRECISIONS = ("fp32", "tf32", "bf16")
-"""fp32: CUDA cores; tf32 and bf16: Tensor Cores (dense)."""
+        return self.roofline(precision).ridge
 
 
 def _preset(key: str) -> Hardware:
@@ -57,28 +108,32 @@ def _preset(key: str) -> Hardware:
 PRESETS = {key: _preset(key) for key in ("A100", "H100", "H200")}
 
 
+def datasheet(key: str, precision: str = "fp32") -> Roofline:
+    """The roofline of a data-sheet GPU (``labkit.hardware.GPUS``, any key) at ``precision``."""
+    g = _hw.gpu(key)
+    return Roofline(f"{g.key} {precision} (data sheet)", g.peak(precision), g.hbm_bandwidth,
+                    g.source)
+
+
 def attainable(hw: Hardware, intensity: float | np.ndarray, precision: str = "fp32"):
-    """min(peak, intensity x bandwidth) in FLOP/s."""
-    i = np.asarray(intensity, dtype=float)
-    if not np.all(np.isfinite(i)) or np.any(i <= 0):
-        raise ValueError(f"intensity must be > 0 FLOP/byte, got {intensity}")
-    out = np.minimum(hw.peak(precision), i * hw.bandwidth)
-    return float(out) if out.ndim == 0 else out
+    """min(peak, intensity x bandwidth) in FLOP/s (:meth:`Roofline.attainable`)."""
+    return hw.roofline(precision).attainable(intensity)
 
 
 def bound(hw: Hardware, intensity: float, precision: str = "fp32") -> str:
-    """'memory-bound' or 'compute-bound'."""
-    return "memory-bound" if intensity < hw.ridge(precision) else "compute-bound"
+    """'memory-bound' or 'compute-bound' (:meth:`Roofline.bound`)."""
+    return hw.roofline(precision).bound(intensity)
 
 
 @lru_cache(maxsize=1)
 def measure_machine() -> Hardware:
-    """This computer as a roofline, measured once by :func:`labkit.perf.measure_machine`
+    """This computer as :class:`Hardware`, from :func:`labkit.perf.machine.measure_machine`
     (float32 matmul FLOP/s and STREAM triad bandwidth: one measurement for the course)."""
     from labkit.perf.machine import measure_machine as measure
 
     roof = measure()
-    return Hardware("this machine (measured)", {"fp32": roof.peak}, roof.bandwidth, roof.source)
+    return Hardware("this machine (measured)", {"fp32": roof.peak}, roof.bandwidth,
+                    roof.source, measured=True)
 
 
 def hardware(name: str) -> Hardware:

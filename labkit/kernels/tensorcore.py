@@ -15,22 +15,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-FORMATS = ("fp32", "fp16", "bf16")
-UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
+from labkit.compress import model as _floats    # the float formats and their rounding
+
+FORMATS = tuple(_floats.FORMATS)
+UNIT_ROUNDOFF = {name: f.unit_roundoff for name, f in _floats.FORMATS.items()}
 
 
 def round_to(x: np.ndarray, fmt: str) -> np.ndarray:
-    """Round float values to ``fmt`` (round to nearest even), returned as float32."""
-    x = np.asarray(x, dtype=np.float32)
-    if fmt == "fp32":
-        return x.copy()
-    if fmt == "fp16":
-        return x.astype(np.float16).astype(np.float32)
-    if fmt == "bf16":
-        bits = x.view(np.uint32).astype(np.uint64)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-        return bits.astype(np.uint32).view(np.float32)
-    raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
+    """``x`` as float32, rounded to ``fmt`` (round to nearest even), returned as float32:
+    :func:`labkit.compress.model.round_to` (NaN stays NaN, overflow gives ±inf)."""
+    return _floats.round_to(np.asarray(x, dtype=np.float32), fmt).astype(np.float32)
 
 
 def emulated_matmul(a: np.ndarray, b: np.ndarray, inputs: str = "fp16",

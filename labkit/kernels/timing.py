@@ -7,7 +7,9 @@ CUDA events recorded on the GPU's own stream (NVIDIA, CUDA C++ Best Practices Gu
 """
 from __future__ import annotations
 
-from typing import Callable
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
@@ -43,38 +45,83 @@ def event_seconds(launch: Callable[[], None], repeats: int) -> float:
     return start.elapsed_time(end) / 1e3 / repeats
 
 
+@dataclass(frozen=True)
+class MatmulRun:
+    """One square matmul timed on the device: seconds per call, FP32 TFLOP/s (2n³ FLOPs),
+    whether every output element matched, and the compiled kernel (its registers)."""
+    variant: str
+    seconds: float
+    tflops: float
+    correct: bool
+    kernel: Any
+
+
+def launch_shape(variant: str, shape: dict | None = None) -> dict:
+    """``ops.matmul_launch`` keywords for a rung: ``shape`` or the ladder's own
+    (``models.LADDER_SHAPES``); register2d takes its tile shape as ``blocked``."""
+    from labkit.kernels.models import LADDER_SHAPES
+
+    shape = dict(LADDER_SHAPES[variant] if shape is None else shape)
+    return {"blocked": shape} if variant == "register2d" else shape
+
+
+def time_matmul(variant: str, da, db, dc, want: np.ndarray, repeats: int,
+                shape: dict | None = None,
+                timer: Callable[[Callable[[], None], int], float] = event_seconds) -> MatmulRun:
+    """Time ``dc = da @ db`` (device-resident n x n float32) by ``variant`` with ``timer``
+    (CUDA events after a warm-up) and compare with ``want``. ``dc`` is filled with NaN
+    first, so a kernel that leaves an output element unwritten cannot pass."""
+    from labkit.kernels import ops
+    from labkit.kernels.numba_run import compiled
+
+    n = dc.shape[0]
+    grid, block, fn = ops.matmul_launch(variant, n, n, **launch_shape(variant, shape))
+    kernel = compiled(fn)
+    dc.copy_to_device(np.full(dc.shape, np.nan, dtype=np.float32))
+    secs = timer(lambda: kernel[grid, block](da, db, dc), repeats)
+    ok = bool(np.allclose(dc.copy_to_host(), want, rtol=1e-3, atol=1e-2 * math.sqrt(n)))
+    return MatmulRun(variant, secs, 2.0 * n ** 3 / secs / 1e12, ok, kernel)
+
+
 def measure_ladder(n: int = 2048, repeats: int = 3, seed: int = 0) -> dict:
     """FP32 TFLOP/s of each rung of the matmul ladder (models.LADDER_SHAPES) at n^3,
     timed with CUDA events on device-resident data; checked against numpy."""
     from numba import cuda
 
-    from labkit.kernels import ops
-    from labkit.kernels.models import LADDER, LADDER_SHAPES
-    from labkit.kernels.numba_run import compiled
+    from labkit.kernels.models import LADDER
 
     n = integer("n", n, low=32)
     a = np.random.default_rng(seed).standard_normal((n, n)).astype(np.float32)
     da, dc = cuda.to_device(a), cuda.device_array((n, n), dtype=np.float32)
-    want = a @ a
+    want = a.astype(np.float64) @ a.astype(np.float64)
     out = {}
     for variant in LADDER:
-        shape = dict(LADDER_SHAPES[variant])
-        kw = {"blocked": shape} if variant == "register2d" else shape
-        grid, block, fn = ops.matmul_launch(variant, n, n, **kw)
-        kernel = compiled(fn)
-        secs = time_events(lambda: kernel[grid, block](da, da, dc), repeats)
-        if not np.allclose(dc.copy_to_host(), want, rtol=1e-3, atol=1e-2 * np.sqrt(n)):
+        run = time_matmul(variant, da, da, dc, want, repeats, timer=time_events)
+        if not run.correct:
             raise AssertionError(f"matmul {variant} gave a wrong result on the GPU")
-        out[variant] = 2.0 * n ** 3 / secs / 1e12
+        out[variant] = run.tflops
     return out
 
 
-def gpu_key(default: str | None = None) -> str | None:
-    """The :mod:`labkit.hardware` key (A100, H100, H200, V100) of the current GPU, or
-    ``default`` without a GPU or for an unknown model."""
-    if not on_gpu():
-        return default
+def device_name() -> str:
+    """The name the CUDA driver gives the current device."""
     from numba import cuda
     name = cuda.get_current_device().name
-    name = (name.decode() if isinstance(name, bytes) else str(name)).upper()
-    return next((k for k in ("H200", "H100", "A100", "V100") if k in name), default)
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def hardware_key(name: str, default: str | None = None) -> str | None:
+    """The :mod:`labkit.hardware` key (V100, A100, H100, H200) that a device ``name`` such
+    as "NVIDIA H100 80GB HBM3" contains, or ``default`` for another model."""
+    from labkit.hardware import GPUS
+
+    upper = name.upper()
+    return next((key for key in GPUS if key in upper), default)
+
+
+def gpu_key(default: str | None = None) -> str | None:
+    """The :mod:`labkit.hardware` key of the current GPU, or ``default`` without a GPU or
+    for an unknown model."""
+    if not on_gpu():
+        return default
+    return hardware_key(device_name(), default)

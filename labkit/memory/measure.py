@@ -192,7 +192,7 @@ def measure_checkpointing(num_layers: int = 16, width: int = 128, batch: int = 1
     import torch
     from torch.utils.checkpoint import checkpoint_sequential
 
-    from labkit.perf import time_call
+    from labkit.perf import benchmark
 
     for name, v in (("num_layers", num_layers), ("width", width), ("batch", batch),
                     ("repeats", repeats)):
@@ -220,7 +220,7 @@ def measure_checkpointing(num_layers: int = 16, width: int = 128, batch: int = 1
     for k in segments:
         step(k)()    # warm up
         peak = peak_step_bytes(step(k))
-        seconds = time_call(step(k), repeats=repeats, warmup=0).median
+        seconds = benchmark(step(k), repeats=repeats, warmup=0).median
         results.append(CheckpointResult(k, peak, seconds))
     return results
 

@@ -24,7 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from labkit.compress.model import qparams, quantize
 from labkit.data import Split, load_digits
+from labkit.perf.metrics import top1_accuracy
 
 FLOAT_BYTES = 4
 
@@ -63,8 +65,9 @@ def loss_and_grads(params, x, y) -> tuple[float, list[np.ndarray]]:
 
 
 def accuracy(params, x, y) -> float:
+    """Top-1 accuracy (:func:`labkit.perf.metrics.top1_accuracy`) of the ReLU MLP."""
     w1, b1, w2, b2 = params
-    return float(((np.maximum(x @ w1 + b1, 0) @ w2 + b2).argmax(1) == y).mean())
+    return top1_accuracy(np.maximum(x @ w1 + b1, 0) @ w2 + b2, y)
 
 
 # ---- compressors --------------------------------------------------------------------------
@@ -141,10 +144,10 @@ class TopK(PerTensorCompressor):
 
 
 def int8_quantize(x: np.ndarray) -> tuple[np.ndarray, float]:
-    """Symmetric 8-bit: scale = max|x| / 127, q = round(x / scale) in [-127, 127]."""
-    m = float(np.max(np.abs(x))) if x.size else 0.0
-    scale = m / 127 if m > 0 else 1.0
-    return np.clip(np.round(x / scale), -127, 127).astype(np.int8), scale
+    """Symmetric 8-bit per tensor: scale = max|x| / 127, q = round(x / scale) in
+    [-127, 127] (:func:`labkit.compress.model.qparams` with ``symmetric=True``)."""
+    qp = qparams(x, bits=8, symmetric=True)
+    return quantize(x, qp).astype(np.int8), float(qp.scale)
 
 
 class Int8(PerTensorCompressor):

@@ -5,16 +5,21 @@ tests call; ``*_widget`` builders validate their arguments, then wire sliders to
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from labkit.controls import dropdown, fixed, float_slider, int_slider, interactive
+from labkit.parallel.planner import GPTModel, table1_models
 from labkit.show import show
 
-MODELS = {   # name -> (layers, hidden, heads, global batch): Narayanan et al. Table 1, GPT-3
-    "GPT 1.7B (Table 1)": (24, 2304, 24, 512),
-    "GPT 7.5B (Table 1)": (36, 4096, 32, 512),
-    "GPT 39.1B (Table 1)": (48, 8192, 64, 1536),
-    "GPT-3 175B (Brown et al. 2020)": (96, 12288, 96, 1536),
-    "GPT 529.6B (Table 1)": (105, 20480, 128, 2520),
-    "GPT 1T (Table 1)": (128, 25600, 160, 3072),
+_TABLE1 = {pub["params_b"]: m for m, _, pub in table1_models()}
+MODELS = {   # the planner's models: rows of Narayanan et al. SC'21 Table 1, and GPT-3
+    "GPT 1.7B (Table 1)": _TABLE1[1.7],
+    "GPT 7.5B (Table 1)": _TABLE1[7.5],
+    "GPT 39.1B (Table 1)": _TABLE1[39.1],
+    # Brown et al. 2020, Table 2.1: 96 layers, d_model 12288, 96 heads, 3.2M-token batches
+    "GPT-3 175B (Brown et al. 2020)": GPTModel(96, 12288, 96, batch=1536),
+    "GPT 529.6B (Table 1)": _TABLE1[529.6],
+    "GPT 1T (Table 1)": _TABLE1[1008.0],
 }
 PLANNER_GPUS = ("A100", "H100", "H200")
 
@@ -76,11 +81,10 @@ def zero_widget(log10_params: float = 9.0, dp: int = 8):
 def show_plans(nodes: int, model: str, gpu: str, top: int = 8) -> None:
     """Plan ``model`` on ``nodes`` × 8 GPUs: print the best plans and why the others fail."""
     from labkit.parallel.mp_plots import plot_plans
-    from labkit.parallel.planner import GPTModel, cluster, plan
-    l, h, a, b = MODELS[model]
-    gm = GPTModel(l, h, a, batch=b, name=model)
+    from labkit.parallel.planner import cluster, plan
+    gm = replace(MODELS[model], name=model)
     ps = plan(gm, cluster(gpu, nodes * 8, 8))
-    print(f"{model}: {gm.params / 1e9:.1f}B parameters, batch {b}, on {nodes * 8} × {gpu}: "
+    print(f"{model}: {gm.params / 1e9:.1f}B parameters, batch {gm.batch}, on {nodes * 8} × {gpu}: "
           f"{len(ps.ranked)} plans fit, {len(ps.rejected)} rejected")
     for reason, count in sorted(ps.reasons().items(), key=lambda kv: -kv[1]):
         print(f"  rejected ({reason}): {count}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from labkit import validate as V
+from labkit.controls import dropdown, fixed, float_slider, int_slider, interactive
 from labkit.parallel import dp_sim
 from labkit.parallel.collectives import ALLREDUCE_ALGORITHMS, all_reduce
 from labkit.parallel.cost import OPS, collective_time
@@ -18,6 +19,7 @@ from labkit.parallel.draw import (cost_curves, demo_data, plot_collective_step,
 from labkit.show import show
 
 MAX_WORLD = 9
+MAX_STEP = 40         # the step slider's and the Play button's end (show_collective clips)
 SCALING_WORLDS = (1, 2, 4, 8, 16, 32)
 
 
@@ -34,17 +36,16 @@ def show_collective(world: int, algorithm: str, step: int) -> None:
 
 def collective_widget(world: int = 4, algorithm: str = "ring"):
     """World size, algorithm and a step slider (with a Play button) → the step picture."""
-    world = V.integer("world", world, low=1, high=MAX_WORLD)
-    V.one_of("algorithm", algorithm, ALLREDUCE_ALGORITHMS)
+    controls = dict(world=int_slider("world", world, 1, MAX_WORLD, "world"),
+                    algorithm=dropdown("algorithm", algorithm, ALLREDUCE_ALGORITHMS,
+                                       "algorithm"),
+                    step=int_slider("step", 0, 0, MAX_STEP, "step"))
     import ipywidgets as W
-    w_world = W.IntSlider(value=world, min=1, max=MAX_WORLD, description="world")
-    w_alg = W.Dropdown(options=ALLREDUCE_ALGORITHMS, value=algorithm, description="algorithm")
-    w_step = W.IntSlider(value=0, min=0, max=40, description="step")
-    play = W.Play(min=0, max=40, interval=900, description="animate")
-    W.jslink((play, "value"), (w_step, "value"))
-    out = W.interactive_output(show_collective,
-                               {"world": w_world, "algorithm": w_alg, "step": w_step})
-    return W.VBox([W.HBox([w_world, w_alg]), W.HBox([w_step, play]), out])
+    w = {name: c.build() for name, c in controls.items()}
+    play = W.Play(min=0, max=MAX_STEP, interval=900, description="animate")
+    W.jslink((play, "value"), (w["step"], "value"))
+    out = W.interactive_output(show_collective, w)
+    return W.VBox([W.HBox([w["world"], w["algorithm"]]), W.HBox([w["step"], play]), out])
 
 
 def show_cost(op: str, log10_bytes: float, world: int, alpha_us: float,
@@ -62,18 +63,16 @@ def show_cost(op: str, log10_bytes: float, world: int, alpha_us: float,
     show(plot_cost_curves(c, mark=n))
 
 
-def cost_widget(op: str = "all_reduce"):
+def cost_widget(op: str = "all_reduce", log10_bytes: float = 6.0, world: int = 8,
+                alpha_us: float = 5.0, bandwidth_gbs: float = 25.0):
     """log10 size, world, α and bandwidth → modelled time of every algorithm of ``op``."""
-    V.one_of("op", op, OPS)
-    import ipywidgets as W
-
-    def draw(log10_bytes=6.0, world=8, alpha_us=5.0, bandwidth_gbs=25.0):
-        show_cost(op, log10_bytes, world, alpha_us, bandwidth_gbs)
-
-    return W.interactive(draw, log10_bytes=W.FloatSlider(value=6, min=2, max=10, step=0.5),
-                         world=W.IntSlider(value=8, min=2, max=64),
-                         alpha_us=W.FloatSlider(value=5, min=0.5, max=50, step=0.5),
-                         bandwidth_gbs=W.FloatSlider(value=25, min=1, max=450, step=1))
+    return interactive(
+        show_cost,
+        log10_bytes=float_slider("log10_bytes", log10_bytes, 2, 10, 0.5, "log10_bytes"),
+        world=int_slider("world", world, 2, 64, "world"),
+        alpha_us=float_slider("alpha_us", alpha_us, 0.5, 50, 0.5, "alpha_us"),
+        bandwidth_gbs=float_slider("bandwidth_gbs", bandwidth_gbs, 1, 450, 1, "bandwidth_gbs"),
+        op=fixed(V.one_of("op", op, OPS)))
 
 
 def _check_real(real):
@@ -103,17 +102,16 @@ def show_scaling(per_gpu_batch: int, bucket_mb: float, jitter: float, hardware: 
     show(plot_timeline(dp_sim.simulate_step(m, hw, 8, "ddp", **kw)))
 
 
-def scaling_widget(real=None):
+def scaling_widget(real=None, per_gpu_batch: int = 32, bucket_mb: float = 25.0,
+                   jitter: float = 0.0, hardware: str = "8× V100 NVLink (DGX-1)",
+                   model: str = "ResNet-50"):
     """Per-GPU batch, bucket size, jitter, hardware, model → efficiency of DP and DDP;
     ``real`` = (worlds, efficiencies) measured here, drawn as squares."""
-    real = _check_real(real)
-    import ipywidgets as W
-
-    def draw(per_gpu_batch=32, bucket_mb=25.0, jitter=0.0, hardware="8× V100 NVLink (DGX-1)",
-             model="ResNet-50"):
-        show_scaling(per_gpu_batch, bucket_mb, jitter, hardware, model, real)
-
-    return W.interactive(draw, per_gpu_batch=W.IntSlider(value=32, min=1, max=256),
-                         bucket_mb=W.FloatSlider(value=25, min=1, max=200, step=1),
-                         jitter=W.FloatSlider(value=0.0, min=0.0, max=0.5, step=0.05),
-                         hardware=list(dp_sim.HARDWARE), model=list(dp_sim.MODELS))
+    return interactive(
+        show_scaling,
+        per_gpu_batch=int_slider("per_gpu_batch", per_gpu_batch, 1, 256, "per_gpu_batch"),
+        bucket_mb=float_slider("bucket_mb", bucket_mb, 1, 200, 1, "bucket_mb"),
+        jitter=float_slider("jitter", jitter, 0.0, 0.5, 0.05, "jitter"),
+        hardware=dropdown("hardware", hardware, dp_sim.HARDWARE, "hardware"),
+        model=dropdown("model", model, dp_sim.MODELS, "model"),
+        real=fixed(_check_real(real)))

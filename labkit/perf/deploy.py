@@ -22,18 +22,25 @@ def state_bytes(model) -> int:
     import torch
 
     buf = io.BytesIO()
-    torch.save(model.state_dict(), buf)
-    return len(buf.getvalue())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.save(model.state_dict(), buf)
+    return buf.getbuffer().nbytes
 
 
 def quantize_int8(model):
-    """Dynamic int8 quantization of every nn.Linear (weights int8, activations on the fly)."""
+    """A copy of ``model`` with every nn.Linear dynamically int8-quantized:
+    ``torch.ao.quantization.quantize_dynamic`` (qint8 weights, per tensor; activations
+    quantized per batch at run time; biases fp32). ``model`` itself is left as it was (the
+    copy is put in eval mode). ``torch.ao.quantization`` is deprecated in favour of torchao
+    (its warning announces removal) but still present in torch 2.13; the deprecation
+    warnings are silenced here."""
     import torch
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from torch.ao.quantization import quantize_dynamic
-        return quantize_dynamic(model.eval(), {torch.nn.Linear}, dtype=torch.qint8)
+        return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
 
 
 def int8_linear_bytes(layers) -> int:
@@ -78,12 +85,13 @@ def variants(model, x_test, y_test, workdir: str | Path, requests: int = 100) ->
     import numpy as np
     import torch
 
-    from labkit.perf.frameworks import export_onnx
-    from labkit.perf.metrics import accuracy
+    from labkit.perf.frameworks import onnx_session
+    from labkit.perf.metrics import accuracy, top1_accuracy
     from labkit.perf.timing import benchmark, threads
 
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    model.eval()                          # measured as it is served
     q = quantize_int8(model)
     x1 = torch.as_tensor(x_test[:1])
     out = []
@@ -91,20 +99,16 @@ def variants(model, x_test, y_test, workdir: str | Path, requests: int = 100) ->
         for name, m in (("fp32 eager", model), ("int8 dynamic", q)):
             t = benchmark(lambda m=m: m(x1), repeats=requests, warmup=5)
             out.append(Variant(name, state_bytes(m), t.median, accuracy(m, x_test, y_test)))
-        try:
-            import onnxruntime as ort
-        except ImportError:
+        path = workdir / "model.onnx"
+        sess = onnx_session(model, path)          # None without onnxruntime
+        if sess is None:
             return out
-        path = export_onnx(model, workdir / "model.onnx")
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
-        sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
         iname = sess.get_inputs()[0].name
         x1n = np.ascontiguousarray(x_test[:1])
         t = benchmark(lambda: sess.run(None, {iname: x1n}), repeats=requests, warmup=5)
-        pred = sess.run(None, {iname: np.ascontiguousarray(x_test)})[0].argmax(1)
+        scores = sess.run(None, {iname: np.ascontiguousarray(x_test)})[0]
         out.append(Variant("fp32 ONNX Runtime", path.stat().st_size, t.median,
-                           float((pred == y_test).mean())))
+                           top1_accuracy(scores, y_test)))
     return out
 
 

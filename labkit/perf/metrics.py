@@ -86,13 +86,24 @@ def train(name: str = "mlp", seed: int = 0, epochs: int = 8, batch_size: int = 6
                    epochs)
 
 
+def top1_accuracy(scores, labels) -> float:
+    """Top-1 accuracy: the share of rows of ``scores`` (n × classes: logits or
+    probabilities) whose arg-max equals the label, (1/n) Σᵢ [argmax_c scores[i, c] = yᵢ]
+    (ties go to the first class, as in ``numpy.argmax`` and ``torch.argmax``).
+
+    The one place labkit turns outputs into an accuracy; each model type's ``accuracy``
+    (labkit's autograd MLP, numpy parameters, torch modules) only computes ``scores``."""
+    scores = v.array("scores", scores, ndim=2, dtype=None)
+    labels = v.array("labels", labels, shape=(scores.shape[0],), dtype=None)
+    return float(np.mean(scores.argmax(axis=1) == labels))
+
+
 def accuracy(model, x, y) -> float:
-    """Share of samples whose arg-max prediction equals the label."""
+    """Top-1 accuracy of a torch ``model`` on ``x`` against the labels ``y``."""
     import torch
 
     with torch.no_grad():
-        pred = model(torch.as_tensor(x)).argmax(1).numpy()
-    return float((pred == np.asarray(y)).mean())
+        return top1_accuracy(model(torch.as_tensor(x)).numpy(), y)
 
 
 # ------------------------------------------------------------------ speed metrics
@@ -151,23 +162,20 @@ def parameter_bytes(model) -> int:
 
 
 def saved_activation_bytes(model, x) -> int:
-    """Bytes autograd saves for backward in one forward pass on ``x`` (parameters that are
-    saved are not counted: they live in the model anyway)."""
+    """Bytes autograd saves for backward in one training-mode forward pass on ``x``,
+    counted by :func:`labkit.memory.measure.saved_tensor_bytes` (each storage once;
+    parameters that are saved are not counted: they live in the model anyway). Leaves
+    ``model`` in eval mode."""
     import torch
 
-    params = {p.data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
-
-    def pack(t):
-        if t.data_ptr() not in params:
-            seen[t.data_ptr()] = t.numel() * t.element_size()
-        return t
+    from labkit.memory.measure import saved_tensor_bytes
 
     model.train()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(torch.as_tensor(x)).sum()
-    model.eval()
-    return int(sum(seen.values()))
+    try:
+        return saved_tensor_bytes(lambda: model(torch.as_tensor(x)).sum(),
+                                  exclude=list(model.parameters())).total_bytes
+    finally:
+        model.eval()
 
 
 def mfu(forward_flops_per_sample: float, samples_per_s: float, peak: float,

@@ -489,6 +489,98 @@ def predict_cnn(batch: int, gpu: str = "H100", precision: str = "fp32",
                   f"roofline prediction from the {gpu} data sheet, {precision}")
 
 
+# the GPU a prediction uses without a GPU, and whose peak an unrecognised GPU is measured
+# against (labelled as such)
+DEFAULT_GPU = "H100"
+
+
+@dataclass(frozen=True)
+class GpuPeak:
+    key: str          # labkit.hardware.GPUS key whose data sheet gives the peak
+    peak: float       # FLOP/s
+    label: str        # says whose peak it is, and why
+
+
+def gpu_peak(precision: str = "fp32", default: str = DEFAULT_GPU) -> GpuPeak:
+    """The data-sheet peak of the GPU present: :func:`labkit.kernels.timing.gpu_key` maps the
+    device's name to a :data:`labkit.hardware.GPUS` key. Without a GPU, or for a model
+    ``labkit.hardware`` does not list, ``default``'s peak, labelled as the stated default."""
+    from labkit.hardware import gpu as sheet
+    from labkit.kernels.timing import gpu_key, on_gpu
+
+    fallback = sheet(default)
+    key = gpu_key(default=None)
+    if key is not None:
+        return GpuPeak(key, sheet(key).peak(precision),
+                       f"{key} {precision} peak (the GPU present; labkit.hardware)")
+    why = "a GPU labkit.hardware does not list" if on_gpu() else "no GPU"
+    return GpuPeak(fallback.key, fallback.peak(precision),
+                   f"{fallback.key} {precision} peak (stated default: {why})")
+
+
+@dataclass(frozen=True)
+class CpuGpuRuns:
+    """Seed experiment 1: CNN steps on this CPU and on a GPU (measured, or predicted)."""
+    cpu: tuple[CnnRun, ...]
+    gpu: tuple[CnnRun, ...]
+    gpu_peak: GpuPeak          # the peak the GPU rows' utilisation divides by
+
+    @property
+    def speedup(self) -> float:
+        """GPU over CPU samples per second at the last batch of the run."""
+        return self.gpu[-1].samples_per_s / self.cpu[-1].samples_per_s
+
+
+def seed_experiment1(batches=(8, 32, 128), cpu_peak: float | None = None, cpu_steps: int = 3,
+                     gpu_steps: int = 10, precision: str = "fp32",
+                     progress: bool = True) -> CpuGpuRuns:
+    """Seed experiment 1 on the devices there are: :func:`run_cnn` on the CPU at each batch
+    (utilisation against ``cpu_peak``, measured by :func:`labkit.perf.machine.measure_machine`
+    when None); on a GPU :func:`run_cnn` against the data-sheet peak of the GPU present
+    (:func:`gpu_peak`), else :func:`predict_cnn` for :data:`DEFAULT_GPU` with one measured
+    launch (:data:`MEASURED_LAUNCH_S`) per operator: a prediction, and labelled so."""
+    import torch
+
+    if not isinstance(batches, (tuple, list)) or not batches:
+        raise ValueError(f"batches must be a non-empty tuple of batch sizes, got {batches!r}")
+    batches = tuple(v.integer("batch", b, low=1) for b in batches)
+    cpu_steps = v.integer("cpu_steps", cpu_steps, low=1)
+    gpu_steps = v.integer("gpu_steps", gpu_steps, low=1)
+    if cpu_peak is None:
+        from labkit.perf.machine import measure_machine
+        cpu_peak = measure_machine().peak
+    cpu_peak = v.positive("cpu_peak", cpu_peak)
+    peak = gpu_peak(precision)
+    todo = batches
+    if progress:
+        from tqdm.auto import tqdm
+        todo = tqdm(batches, desc="CPU batches")
+    cpu = tuple(run_cnn(b, steps=cpu_steps, device="cpu", peak=cpu_peak) for b in todo)
+    if torch.cuda.is_available():
+        gpu = tuple(run_cnn(b, steps=gpu_steps, device="cuda", peak=peak.peak)
+                    for b in batches)
+    else:
+        gpu = tuple(predict_cnn(b, peak.key, precision, launch_s=MEASURED_LAUNCH_S)
+                    for b in batches)
+    return CpuGpuRuns(cpu, gpu, peak)
+
+
+def format_cnn_runs(runs, peak_label: str | None = None) -> str:
+    """Markdown table of :class:`CnnRun` rows, each marked measured or PREDICTED; with
+    ``peak_label``, a line under it saying whose peak the GPU rows divide by."""
+    lines = ["| device | batch | samples/s | host→device share | utilisation (FLOP/s ÷ peak) | |",
+             "|---|---:|---:|---:|---:|---|"]
+    for r in runs:
+        if not isinstance(r, CnnRun):
+            raise TypeError(f"runs must hold CnnRun rows, got {type(r).__name__}")
+        lines.append(f"| {r.device} | {r.batch} | {r.samples_per_s:,.0f} | {r.copy_share:.0%} | "
+                     f"{r.utilisation:.1%} | "
+                     f"{'measured' if r.measured else 'PREDICTED, not measured'} |")
+    if peak_label is not None:
+        lines += ["", f"GPU utilisation against the {peak_label}."]
+    return "\n".join(lines)
+
+
 def simplenet_counts(batch: int, input_requires_grad: bool = True):
     """FLOPs and bytes per op of one SimpleNet training step (SGD), counted on the meta
     device (shapes only)."""

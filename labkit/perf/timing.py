@@ -76,6 +76,26 @@ def _fmt_s(t: float) -> str:
     return f"{t * 1e9:.3g} ns"
 
 
+def _check_counts(repeats: int, warmup: int, number: int) -> None:
+    if repeats < 1 or number < 1 or warmup < 0:
+        raise ValueError(f"repeats and number must be >= 1 and warmup >= 0; got "
+                         f"repeats={repeats}, number={number}, warmup={warmup}")
+
+
+def _host_sample(fn: Callable[[], object], number: int,
+                 sync: Callable[[], object] | None = None) -> float:
+    """Seconds per call of ``number`` back-to-back calls on the host clock (``sync()``
+    before the clock starts and before it stops, when given)."""
+    if sync is not None:
+        sync()
+    start = time.perf_counter()
+    for _ in range(number):
+        fn()
+    if sync is not None:
+        sync()
+    return (time.perf_counter() - start) / number
+
+
 def _cuda_sample(fn: Callable[[], object], number: int) -> float:
     import torch
 
@@ -95,27 +115,14 @@ def benchmark(fn: Callable[[], object], *, repeats: int = 7, warmup: int = 1, nu
 
     ``device="cuda"`` times with CUDA events after synchronising; ``sync`` (called before
     and after each sample) serves other asynchronous back ends."""
-    if repeats < 1 or number < 1 or warmup < 0:
-        raise ValueError(f"repeats and number must be >= 1 and warmup >= 0; got "
-                         f"repeats={repeats}, number={number}, warmup={warmup}")
+    _check_counts(repeats, warmup, number)
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     device = v.one_of("device", device, ("cpu", "cuda"))
     for _ in range(warmup):
         fn()
-    samples = []
-    for _ in range(repeats):
-        if device == "cuda":
-            samples.append(_cuda_sample(fn, number))
-            continue
-        if sync is not None:
-            sync()
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        if sync is not None:
-            sync()
-        samples.append((time.perf_counter() - start) / number)
+    samples = [_cuda_sample(fn, number) if device == "cuda" else _host_sample(fn, number, sync)
+               for _ in range(repeats)]
     return Timing(tuple(samples), "cuda events" if device == "cuda" else "perf_counter")
 
 
@@ -131,19 +138,14 @@ def interleaved(fns: dict[str, Callable[[], object]], *, repeats: int = 15, warm
     machine (a neighbour's job, frequency changes) hit all of them alike."""
     if not fns:
         raise ValueError("fns must name at least one function")
-    if repeats < 1 or number < 1 or warmup < 0:
-        raise ValueError(f"repeats and number must be >= 1 and warmup >= 0; got "
-                         f"repeats={repeats}, number={number}, warmup={warmup}")
+    _check_counts(repeats, warmup, number)
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     out: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            start = time.perf_counter()
-            for _ in range(number):
-                fn()
-            out[name].append((time.perf_counter() - start) / number)
+            out[name].append(_host_sample(fn, number))
     return {k: Timing(tuple(s)) for k, s in out.items()}
 
 

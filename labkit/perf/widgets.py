@@ -1,17 +1,17 @@
 """Widgets of chapters 01 and 12: each wires controls to a labkit function and a plot."""
 from __future__ import annotations
 
-from labkit import validate as v
-from labkit.perf.machine import Roofline
+from labkit.controls import choice_slider, dropdown, fixed, float_slider, int_slider, interactive
+from labkit.kernels.roofline import PRESETS, Roofline
+from labkit.show import show
 
-GPU_KEYS = ("A100", "H100", "H200")
+GPU_KEYS = tuple(PRESETS)
 
 
 # ------------------------------------------------------------------ chapter 00
 def show_amdahl(parallel_fraction: float, max_workers: int) -> None:
     """Amdahl's curve for parallel share ``parallel_fraction`` up to ``max_workers``."""
     from labkit.perf.laws import amdahl_curve, plot_amdahl
-    from labkit.show import show
 
     curve = amdahl_curve(parallel_fraction, max_workers)
     print(f"p = {parallel_fraction:.2f}: S({curve.workers[-1]}) = {curve.speedup[-1]:.3g}, "
@@ -21,26 +21,20 @@ def show_amdahl(parallel_fraction: float, max_workers: int) -> None:
 
 def amdahl_widget(parallel_fraction: float = 0.95, max_workers: int = 1024):
     """Parallel-share slider and a max-workers slider → Amdahl's speedup curve."""
-    import ipywidgets as w
-
-    parallel_fraction = v.fraction("parallel_fraction", parallel_fraction)
-    options = [2 ** k for k in range(1, 17)]
-    max_workers = v.one_of("max_workers", max_workers, options)
-    return w.interactive(
+    return interactive(
         show_amdahl,
-        parallel_fraction=w.FloatSlider(value=parallel_fraction, min=0.0, max=1.0, step=0.01,
-                                        description="p (parallel)"),
-        max_workers=w.SelectionSlider(options=options, value=max_workers,
-                                      description="max workers"))
+        parallel_fraction=float_slider("parallel_fraction", parallel_fraction, 0.0, 1.0, 0.01,
+                                       "p (parallel)"),
+        max_workers=choice_slider("max_workers", max_workers, [2 ** k for k in range(1, 17)],
+                                  "max workers"))
 
 
 # ------------------------------------------------------------------ chapter 01
 def show_roofline(batch: int, gpu: str, precision: str, machine: Roofline):
     """Where one SimpleNet training step (batch ``batch``) lands on this machine's roofline
     and on a data-sheet GPU's."""
-    import matplotlib.pyplot as plt
-
-    from labkit.perf.machine import datasheet, plot_roofline
+    from labkit.kernels.plots import plot_roofline
+    from labkit.kernels.roofline import datasheet
     from labkit.perf.stack import simplenet_counts
 
     c = simplenet_counts(batch)
@@ -50,24 +44,22 @@ def show_roofline(batch: int, gpu: str, precision: str, machine: Roofline):
     for m in (machine, roof):
         print(f"  {m.name}: ridge {m.ridge:.1f} FLOP/byte → {m.bound(c.intensity)}, "
               f"at least {m.min_time(c.flops, c.bytes) * 1e6:.3g} µs")
-    fig = plot_roofline([roof, machine], [(f"SimpleNet step (B={batch})", c.intensity)])
-    plt.show()
-    plt.close(fig)
+    show(plot_roofline([roof, machine], [(f"SimpleNet step (B={batch})", c.intensity)],
+                       intensity_range=(1 / 16, 1024)))
 
 
-def roofline_widget(machine: Roofline):
+def roofline_widget(machine: Roofline, batch: int = 5, gpu: str = "H100",
+                    precision: str = "fp32"):
     """Batch slider, GPU and precision: the SimpleNet step on two rooflines."""
-    import ipywidgets as w
-
     if not isinstance(machine, Roofline):
         raise TypeError(f"machine must be a labkit.perf.Roofline (measure_machine()), got "
                         f"{type(machine).__name__}")
-    return w.interactive(
+    return interactive(
         show_roofline,
-        batch=w.IntSlider(value=5, min=1, max=4096, step=1, description="batch"),
-        gpu=w.Dropdown(options=GPU_KEYS, value="H100", description="GPU"),
-        precision=w.Dropdown(options=("fp32", "bf16"), value="fp32", description="precision"),
-        machine=w.fixed(machine))
+        batch=int_slider("batch", batch, 1, 4096, "batch"),
+        gpu=dropdown("gpu", gpu, GPU_KEYS, "GPU"),
+        precision=dropdown("precision", precision, ("fp32", "bf16"), "precision"),
+        machine=fixed(machine))
 
 
 def show_cnn_batch(batch: int, launch_us: float, gpu: str, cpu_runs):
@@ -93,25 +85,22 @@ def show_cnn_batch(batch: int, launch_us: float, gpu: str, cpu_runs):
     ax.set_ylabel("samples / s")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    plt.show()
-    plt.close(fig)
+    show(fig)
 
 
-def cnn_batch_widget(cpu_runs=()):
+def cnn_batch_widget(cpu_runs=(), batch: int = 32, launch_us: float = 0.0, gpu: str = "H100"):
     """Batch and launch-cost sliders over the predicted GPU curve and measured CPU points."""
-    import ipywidgets as w
-
     from labkit.perf.stack import CnnRun
 
     cpu_runs = tuple(cpu_runs)
     if not all(isinstance(r, CnnRun) for r in cpu_runs):
         raise TypeError("cpu_runs must hold CnnRun results of run_cnn()")
-    return w.interactive(
+    return interactive(
         show_cnn_batch,
-        batch=w.IntSlider(value=32, min=1, max=1024, description="batch"),
-        launch_us=w.FloatSlider(value=0.0, min=0.0, max=20.0, step=0.5, description="launch µs"),
-        gpu=w.Dropdown(options=GPU_KEYS, value="H100", description="GPU"),
-        cpu_runs=w.fixed(cpu_runs))
+        batch=int_slider("batch", batch, 1, 1024, "batch"),
+        launch_us=float_slider("launch_us", launch_us, 0.0, 20.0, 0.5, "launch µs"),
+        gpu=dropdown("gpu", gpu, GPU_KEYS, "GPU"),
+        cpu_runs=fixed(cpu_runs))
 
 
 # ------------------------------------------------------------------ chapter 12
@@ -135,20 +124,18 @@ def show_noise(interference: float, n: int, jitter: float, seed: int = 0):
     ax.set_xlabel("ms per call")
     ax.set_ylabel("samples")
     ax.legend(fontsize=8)
-    plt.show()
-    plt.close(fig)
+    show(fig)
 
 
-def noise_widget():
-    import ipywidgets as w
-
-    return w.interactive(
+def noise_widget(interference: float = 0.1, n: int = 50, jitter: float = 0.05):
+    """Interference (first slider), sample count and jitter → the timing histogram."""
+    return interactive(
         show_noise,
-        interference=w.FloatSlider(value=0.1, min=0.0, max=0.6, step=0.05,
-                                   description="interference"),
-        n=w.IntSlider(value=50, min=5, max=500, step=5, description="samples"),
-        jitter=w.FloatSlider(value=0.05, min=0.0, max=0.5, step=0.01, description="jitter σ"),
-        seed=w.fixed(0))
+        interference=float_slider("interference", interference, 0.0, 0.6, 0.05,
+                                  "interference"),
+        n=int_slider("n", n, 5, 500, "samples", step=5),
+        jitter=float_slider("jitter", jitter, 0.0, 0.5, 0.01, "jitter σ"),
+        seed=fixed(0))
 
 
 def show_deploy(max_kb: float, max_latency_ms: float, slowdown: float, variants):
@@ -175,24 +162,22 @@ def show_deploy(max_kb: float, max_latency_ms: float, slowdown: float, variants)
     ax.set_ylabel("latency on target (ms)")
     ax.set_yscale("log")
     ax.legend(fontsize=8)
-    plt.show()
-    plt.close(fig)
+    show(fig)
 
 
-def deploy_widget(variants):
+def deploy_widget(variants, max_kb: float = 100.0, max_latency_ms: float = 1.0,
+                  slowdown: float = 10.0):
     """Size budget (first slider), latency budget, and target slowdown over measured
     deployment variants (``labkit.perf.deploy.variants``)."""
-    import ipywidgets as w
-
     from labkit.perf.deploy import Variant
 
     variants = tuple(variants)
     if not variants or not all(isinstance(x, Variant) for x in variants):
         raise TypeError("variants must be a non-empty list of labkit.perf.deploy.Variant")
-    return w.interactive(
+    return interactive(
         show_deploy,
-        max_kb=w.FloatSlider(value=100.0, min=5.0, max=200.0, step=5.0, description="max kB"),
-        max_latency_ms=w.FloatSlider(value=1.0, min=0.05, max=10.0, step=0.05,
-                                     description="max ms"),
-        slowdown=w.FloatSlider(value=10.0, min=1.0, max=50.0, step=1.0, description="slowdown"),
-        variants=w.fixed(variants))
+        max_kb=float_slider("max_kb", max_kb, 5.0, 200.0, 5.0, "max kB"),
+        max_latency_ms=float_slider("max_latency_ms", max_latency_ms, 0.05, 10.0, 0.05,
+                                    "max ms"),
+        slowdown=float_slider("slowdown", slowdown, 1.0, 50.0, 1.0, "slowdown"),
+        variants=fixed(variants))

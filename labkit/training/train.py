@@ -17,6 +17,7 @@ from labkit.data import Split, batches, load_digits
 from labkit.autograd.nn import Linear, Module, mlp
 from labkit.autograd.optim import SGD, Adam
 from labkit.autograd.tensor import Tensor, no_grad
+from labkit.perf.metrics import top1_accuracy
 from labkit.validate import integer, one_of, positive
 
 
@@ -29,9 +30,9 @@ class TrainResult:
 
 
 def accuracy(model: Module, x: np.ndarray, y: np.ndarray) -> float:
+    """Top-1 accuracy (:func:`labkit.perf.metrics.top1_accuracy`) of a labkit ``model``."""
     with no_grad():
-        pred = model(Tensor(x)).data.argmax(axis=1)
-    return float((pred == y).mean())
+        return top1_accuracy(model(Tensor(x)).data, y)
 
 
 def _default_backward(loss: Tensor) -> None:
