@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from labkit.perf import Row, time_call
+from labkit.perf import Row, benchmark
 
 SIZES = (64, 256, 256, 10)
 BATCH = 64
@@ -59,8 +59,8 @@ def rows() -> list[Row]:
     torch.set_num_threads(1)
     try:
         with threadpool_limits(limits=1):
-            ours = time_call(labkit_step(), repeats=30, warmup=5, number=5)
-            theirs = time_call(torch_step(), repeats=30, warmup=5, number=5)
+            ours = benchmark(labkit_step(), repeats=30, warmup=5, number=5)
+            theirs = benchmark(torch_step(), repeats=30, warmup=5, number=5)
     finally:
         torch.set_num_threads(threads)
     return [Row("autograd: MLP train step 64-256-256-10, batch 64, 1 thread", ours.median,

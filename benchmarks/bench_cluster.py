@@ -6,7 +6,7 @@ i.e. 10,000 jobs in under half a second.
 """
 from labkit.cluster.jobs import generate_jobs
 from labkit.cluster.scheduler import Cluster, simulate
-from labkit.perf import Row, time_call
+from labkit.perf import Row, benchmark
 
 N = 10_000
 
@@ -16,7 +16,7 @@ def rows():
     cluster = Cluster(8, 8)
     out = []
     for policy in ("easy", "fifo"):
-        t = time_call(lambda: simulate(jobs, cluster, policy), repeats=3, warmup=1)
+        t = benchmark(lambda: simulate(jobs, cluster, policy), repeats=3, warmup=1)
         out.append(Row(f"{policy} scheduler: jobs scheduled per second ({N:,} jobs, 64 GPUs, "
                        f"load 0.9)", N / t.median, unit="jobs/s", goal=">= 20,000 jobs/s"))
     return out

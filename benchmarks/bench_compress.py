@@ -13,7 +13,7 @@ import sys
 import numpy as np
 
 from labkit.compress.model import QuantLinear
-from labkit.perf import Row, time_call
+from labkit.perf import Row, benchmark
 
 
 def _quant_row() -> Row:
@@ -25,9 +25,9 @@ def _quant_row() -> Row:
     x = rng.normal(size=(256, 512)).astype(np.float32)
     ql = QuantLinear(w, b)
     wt, bt, xt = torch.from_numpy(w), torch.from_numpy(b), torch.from_numpy(x)
-    ours = time_call(lambda: ql(x), repeats=5, warmup=1).median
+    ours = benchmark(lambda: ql(x), repeats=5, warmup=1).median
     with torch.no_grad():
-        base = time_call(lambda: torch.nn.functional.linear(xt, wt, bt), repeats=5, warmup=1).median
+        base = benchmark(lambda: torch.nn.functional.linear(xt, wt, bt), repeats=5, warmup=1).median
     return Row("int8 quantized linear 256×512×512 (labkit numpy)", ours, base,
                "fp32 torch linear", goal="4x smaller weights; speed needs int8 kernels")
 
@@ -45,8 +45,8 @@ def _compile_row() -> Row:
     fused = torch.compile(_chain)
     if not torch.allclose(fused(x, r), _chain(x, r), atol=1e-6):
         raise AssertionError("torch.compile changed the epilogue's result")
-    ours = time_call(lambda: fused(x, r), repeats=9, warmup=2).median
-    base = time_call(lambda: _chain(x, r), repeats=9, warmup=2).median
+    ours = benchmark(lambda: fused(x, r), repeats=9, warmup=2).median
+    base = benchmark(lambda: _chain(x, r), repeats=9, warmup=2).median
     return Row("epilogue chain, 4M floats: torch.compile", ours, base, "eager torch",
                goal="> 1x (fusion removes temporaries)")
 

@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from labkit.parallel.collectives import all_reduce
-from labkit.perf import Row, time_call
+from labkit.perf import Row, benchmark
 
 RANKS, N = 16, 1 << 20
 NO_REP_MOVSB = "glibc.cpu.x86_rep_movsb_threshold=0x10000000"
@@ -39,8 +39,8 @@ def measure() -> tuple[float, float]:
     bufs = [d.copy() for d in data]
     all_reduce(bufs, "ring", inplace=True)
     assert all(np.allclose(b, want, rtol=1e-5) for b in bufs)
-    ring = time_call(lambda: all_reduce(bufs, "ring", inplace=True), repeats=7, warmup=1)
-    base = time_call(numpy_sum, repeats=7, warmup=1)
+    ring = benchmark(lambda: all_reduce(bufs, "ring", inplace=True), repeats=7, warmup=1)
+    base = benchmark(numpy_sum, repeats=7, warmup=1)
     return ring.median, base.median
 
 

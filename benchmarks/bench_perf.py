@@ -39,15 +39,12 @@ def gpu_report() -> None:
     predict here (``python benchmarks/bench_perf.py --gpu``)."""
     import torch
 
-    from labkit.hardware import GPUS
-    from labkit.kernels.timing import hardware_key
     from labkit.perf import benchmark, stack
     from labkit.perf.machine import measure_machine
 
-    name = torch.cuda.get_device_name()
-    key = hardware_key(name, default="A100")      # an unknown GPU is compared with an A100
-    peak = GPUS[key].peak("fp32")
-    print(f"device: {name} (data sheet {key}, fp32 peak {peak / 1e12:.1f} TFLOP/s)")
+    gpu = stack.gpu_peak("fp32")      # an unknown GPU: stack.DEFAULT_GPU's, labelled so
+    key, peak = gpu.key, gpu.peak
+    print(f"device: {torch.cuda.get_device_name()} ({gpu.label}: {peak / 1e12:.1f} TFLOP/s)")
     a = torch.randn(4096, 4096, device="cuda")
     host = benchmark(lambda: a @ a, repeats=10, warmup=3)
     ev = benchmark(lambda: a @ a, repeats=10, warmup=3, device="cuda")

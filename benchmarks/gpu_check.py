@@ -6,7 +6,8 @@ One function per section (``SECTIONS``); each takes a :class:`Context` and retur
 names of the checks that failed, so more sections (the allocator comparison) plug in:
 
 * ``kernels``   every kernel of ``labkit.kernels.library`` compiled by ``numba.cuda`` on
-                the GPU, compared with numpy (sizes not multiples of the block).
+                the GPU, compared with numpy (sizes not multiples of the block; every
+                matmul shape, ``REGISTER2D_TRIALS`` too, on full and cut tiles).
 * ``timing``    how to time a GPU, with numbers: wall time including host copies, wall
                 time without synchronising, and CUDA events after a warm-up.
 * ``matmul``    the ladder naive -> coalesced -> tiled -> register -> 2-D register-blocked
@@ -31,7 +32,8 @@ import numpy as np
 
 import labkit  # selects the real GPU or the simulator before numba is imported
 # CUDA events, the device's name and its labkit.hardware key, matmul timing: one source
-from labkit.kernels.timing import device_name, event_seconds, hardware_key, time_matmul
+from labkit.kernels.timing import (device_name, event_seconds, hardware_key, time_matmul,
+                                   torch_matmul_seconds)
 
 MATMUL_GOAL = 0.30       # 2-D register-blocked / torch.matmul FP32 at 4096^3 (issue 15)
 REDUCTION_GOAL = 0.80    # reduce_fast / HBM peak at 2^28 float32 (issue 15)
@@ -52,6 +54,25 @@ class Context:
 
 # ---- 1. correctness -------------------------------------------------------------------------
 
+MATMUL_SHAPES = ((257, 131), (131, 161))
+"""a and b of the matmul correctness cases: c is 257 x 161 with k = 131, so every case, up
+to 128 x 128 blocks and 64-wide k phases, has full tiles (its unguarded path) and cut ones
+along rows, columns and k."""
+
+
+def matmul_cases() -> list[tuple[str, dict]]:
+    """(variant, ``ops.matmul`` keywords) of the correctness pass: the ladder's launch shapes
+    (``models.LADDER_SHAPES``), smaller tiles, and every :data:`REGISTER2D_TRIALS` shape
+    (the first is ``ops.BLOCKED_2D``, register2d's default)."""
+    from labkit.kernels.models import LADDER_SHAPES
+
+    cases = [("naive", dict(tile=16)), ("coalesced", dict(tile=16)),
+             ("tiled", dict(tile=16)), ("tiled", dict(tile=32)),
+             ("register", dict(tile=32, rows=4)), ("register", dict(tile=64, rows=4)),
+             ("register2d", dict(blocked=LADDER_SHAPES["register2d"]))]
+    return cases + [("register2d", dict(blocked=shape)) for shape in REGISTER2D_TRIALS]
+
+
 def section_kernels(ctx: Context) -> list[str]:
     """Run every op with runner='numba' on the GPU; return the failures."""
     from labkit.kernels import library as lib
@@ -62,8 +83,8 @@ def section_kernels(ctx: Context) -> list[str]:
     b1 = rng.random(1000).astype(np.float32)
     m = rng.standard_normal((257, 129)).astype(np.float32)
     n = rng.random((257, 129)).astype(np.float32)
-    ma = rng.standard_normal((257, 131)).astype(np.float32)
-    mb = rng.standard_normal((131, 97)).astype(np.float32)
+    ma = rng.standard_normal(MATMUL_SHAPES[0]).astype(np.float32)
+    mb = rng.standard_normal(MATMUL_SHAPES[1]).astype(np.float32)
     sx = (rng.standard_normal((67, 300)) * 3).astype(np.float32)
     big = (rng.standard_normal(100_003) + 0.1).astype(np.float32)
     e = np.exp(sx - sx.max(axis=1, keepdims=True))
@@ -94,11 +115,7 @@ def section_kernels(ctx: Context) -> list[str]:
         cases[f"reduce_{variant}"] = (
             lambda v=variant: ops.reduce_sum(big, variant=v, runner="numba", block=256),
             np.array([big.astype(np.float64).sum()]), 1e-3)
-    for variant, kw in (("naive", dict(tile=16)), ("coalesced", dict(tile=16)),
-                        ("tiled", dict(tile=16)), ("tiled", dict(tile=32)),
-                        ("register", dict(tile=32, rows=4)), ("register", dict(tile=64, rows=4)),
-                        ("register2d", {}),
-                        ("register2d", dict(blocked=dict(bm=128, bn=128, bk=8, tm=8, tn=8)))):
+    for variant, kw in matmul_cases():
         label = f"matmul_{variant}_" + "_".join(str(v) for v in kw.get("blocked", kw).values())
         cases[label] = (lambda v=variant, k=kw: ops.matmul(ma, mb, variant=v, runner="numba",
                                                            **k), ma @ mb, 1e-3)
@@ -162,10 +179,10 @@ def section_timing(ctx: Context) -> list[str]:
 
 # ---- 3. the matmul ladder ----------------------------------------------------------------
 
-REGISTER2D_TRIALS = (      # more 2-D tile shapes, timed after the ladder (ptxas 13.x sm_90
-    dict(bm=64, bn=64, bk=8, tm=4, tn=4),       # 56   registers, benchmarks/ptx_report.py)
-    dict(bm=128, bn=64, bk=8, tm=8, tn=4),      # 92
-    dict(bm=128, bn=128, bk=4, tm=8, tn=8),     # 120  (capped at 128: library.REGISTER_BUDGET_2D)
+REGISTER2D_TRIALS = (      # more 2-D tile shapes, checked and timed after the ladder
+    dict(bm=64, bn=64, bk=8, tm=4, tn=4),       # 48   registers (ptxas 13.x sm_90,
+    dict(bm=128, bn=64, bk=8, tm=8, tn=4),      # 72   benchmarks/ptx_report.py --blocked)
+    dict(bm=128, bn=128, bk=4, tm=8, tn=8),     # 111  (capped at 128: library.REGISTER_BUDGET_2D)
 )
 
 
@@ -181,32 +198,11 @@ def _registers(kernel) -> str:
         return f"registers unknown ({type(exc).__name__})"
 
 
-def _torch_matmul_seconds(a: np.ndarray, repeats: int) -> float:
-    import torch
-    if not torch.cuda.is_available():
-        raise RuntimeError("this torch build has no CUDA")
-    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # torch >= 2.9
-        torch.backends.cuda.matmul.fp32_precision = "ieee"
-    else:
-        torch.backends.cuda.matmul.allow_tf32 = False
-    ta = torch.from_numpy(a).cuda()
-    torch.matmul(ta, ta)
-    torch.cuda.synchronize()
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(repeats):
-        torch.matmul(ta, ta)
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1e3 / repeats
-
-
 def section_matmul(ctx: Context) -> list[str]:
     """The ladder at its launch shapes (``models.LADDER_SHAPES``), then more 2-D tiles."""
     from numba import cuda
 
-    from labkit.kernels.models import LADDER, predict_matmul
+    from labkit.kernels.models import LADDER, LADDER_GPUS, predict_matmul
 
     size = ctx.size("matmul", 1024, 4096)
     repeats = ctx.size("repeats", 3, 5)
@@ -223,7 +219,7 @@ def section_matmul(ctx: Context) -> list[str]:
         secs = seconds[variant] = run.seconds
         step = f"  x{previous / secs:5.2f} vs previous" if previous else " " * 22
         pred = (f"  model {predict_matmul(size, variant, ctx.gpu_key).tflops:6.2f}"
-                if ctx.gpu_key in ("A100", "H100", "H200") else "")
+                if ctx.gpu_key in LADDER_GPUS else "")
         print(f"  {variant:11s} {secs * 1e3:9.3f} ms {run.tflops:7.2f} TFLOP/s"
               f"{step}{pred}  {'ok' if run.correct else 'WRONG RESULT'}  "
               f"{_registers(run.kernel)}")
@@ -240,7 +236,7 @@ def section_matmul(ctx: Context) -> list[str]:
             failures.append(f"matmul_{label.replace(' ', '_')}")
     ctx.results["matmul"] = {v: flops / s / 1e12 for v, s in seconds.items()}
     try:
-        ref = _torch_matmul_seconds(a, repeats)
+        ref = torch_matmul_seconds(a, repeats)
     except Exception as exc:  # torch missing or CPU-only: the labkit numbers still stand
         print(f"  torch.matmul not timed: {exc}")
         return failures
@@ -338,6 +334,8 @@ SECTIONS: dict[str, Callable[[Context], list[str]]] = {
 
 
 def main(argv: list[str]) -> int:
+    from labkit.hardware import GPUS
+
     if labkit.CUDA_BACKEND != "gpu":
         print("gpu_check: no CUDA GPU here (labkit selected Numba's simulator); nothing to "
               "check. Run this script on a machine with an NVIDIA GPU.")
@@ -351,7 +349,8 @@ def main(argv: list[str]) -> int:
             return 2
     name = device_name()
     ctx = Context("--quick" in argv, np.random.default_rng(0), name, hardware_key(name))
-    print(f"device: {name}; data sheet: {ctx.gpu_key or 'none'}")
+    sheet = GPUS[ctx.gpu_key].name if ctx.gpu_key else "none (unknown board)"
+    print(f"device: {name}; data sheet: {sheet}")
     t0 = time.perf_counter()
     failures = []
     for k, section in enumerate(only, 1):

@@ -21,8 +21,9 @@ For each kernel of :data:`labkit.kernels.models.LADDER` (at the launch shapes
 3. disassembles the cubin with ``cuobjdump -sass`` (which runs ``nvdisasm``) and counts the
    instructions of the inner loop — the innermost loop (backward branch) holding FFMAs —
    and of a whole phase of k (the loop around it that holds the barrier: the inner loop
-   times its trips plus the tile loads), per thread. Where a phase has a path for full
-   tiles beside the guarded one, the phase counts the full tiles' (the shortest) path.
+   times its trips plus the tile loads), per thread, along the path that loads most, then
+   the shortest: where a phase has a path for full tiles beside the guarded one, the full
+   tiles' path.
 
 For the reductions of :data:`REDUCTIONS` (the first passes ``gpu_check.py`` times, plus
 ``reduce_fast`` at every ``--reduce block,unroll``) it counts the loop that loads most
@@ -321,17 +322,22 @@ def conditional(sass: str) -> set[int]:
     return out
 
 
-def shortest_path(body: list[Instr], guarded: set[int],
+def loading_path(body: list[Instr], guarded: set[int],
                   inner: list[Instr] | None = None) -> list[Instr]:
-    """The fewest instructions that take a loop ``body`` from its first instruction to its
-    back branch (the last), following its forward branches either way (a guarded branch
-    may also fall through); ``inner``, a loop inside it, is passed straight through once.
-    For a phase loop with a path for full tiles (no guard fails) beside the guarded one,
-    that is the full tiles' path."""
+    """The path that takes a loop ``body`` from its first instruction to its back branch
+    (the last) with the most global loads (LDG), and among those the fewest instructions,
+    following its forward branches either way (a guarded branch may also fall through);
+    ``inner``, a loop inside it, is passed straight through once. Most loads first: where
+    the compiler branches around a guarded load instead of predicating it, the shortest
+    path is the "guard fails, store 0" arm that loads nothing, which no phase of a real
+    tile takes. For a phase loop with a path for full tiles (no guard fails) beside the
+    guarded one, both load the tile, and the full tiles' path is the shorter."""
     lo, hi = _span(inner) if inner else (-1, -1)
     where = {a: p for p, (a, _, _) in enumerate(body)}
-    best: list[tuple[int, int] | None] = [None] * len(body)   # (instructions, came from)
-    best[0] = (0, -1)
+    loads = [int(op.startswith("LDG")) for _, op, _ in body]
+    # (-LDGs, instructions, came from): tuples compare most loads first, then fewest
+    best: list[tuple[int, int, int] | None] = [None] * len(body)
+    best[0] = (-loads[0], 0, -1)
     for p, (a, op, text) in enumerate(body[:-1]):
         if best[p] is None:
             continue
@@ -342,14 +348,15 @@ def shortest_path(body: list[Instr], guarded: set[int],
             if target and int(target[1], 16) in where and int(target[1], 16) > a:
                 nxt.append(where[int(target[1], 16)])
         for q in nxt:
-            if best[q] is None or best[p][0] + 1 < best[q][0]:
-                best[q] = (best[p][0] + 1, p)
+            step = (best[p][0] - loads[q], best[p][1] + 1, p)
+            if best[q] is None or step[:2] < best[q][:2]:
+                best[q] = step
     if best[-1] is None:
         return body
     path, p = [], len(body) - 1
     while p >= 0:
         path.append(body[p])
-        p = best[p][1]
+        p = best[p][2]
     return path[::-1]
 
 
@@ -359,16 +366,17 @@ def phase_cost(instrs: list[Instr], inner: list[Instr],
     """(instructions, FFMAs) one thread issues per phase of k. The inner loop runs
     (F - FFMAs outside it) / (its FFMAs) times per phase, F = ``ffma_per_phase``; without
     phases (or F) the inner loop itself is the unit. With ``guarded`` (:func:`conditional`)
-    the phase is its :func:`shortest_path` (a full tile's, where the kernel has one), else
+    the phase is its :func:`loading_path` (the path that loads the tile; a full tile's,
+    where the kernel has one), else
     every instruction of the phase loop counts."""
     phase = phase_loop(instrs, inner) if ffma_per_phase else None
     if phase is None:
         return float(len(inner)), _ffma(inner)
     if phase is inner:                       # unrolled k steps: one or more phases per trip
-        path = inner if guarded is None else shortest_path(inner, guarded)
+        path = inner if guarded is None else loading_path(inner, guarded)
         return len(path) * ffma_per_phase / _ffma(path), ffma_per_phase
     if guarded is not None:
-        phase = shortest_path(phase, guarded, inner)
+        phase = loading_path(phase, guarded, inner)
     lo, hi = _span(inner)
     rest = [x for x in phase if not lo <= x[0] <= hi]
     trips = (ffma_per_phase - _ffma(rest)) / _ffma(inner)

@@ -61,8 +61,12 @@ class GPU:
         return peak_rate(self.flops, precision, self.key)
 
     def ridge(self, precision: str = "fp32") -> float:
-        """Arithmetic intensity (FLOP/byte of HBM traffic) where the roofs meet."""
-        return self.peak(precision) / self.hbm_bandwidth
+        """Arithmetic intensity (FLOP/byte of HBM traffic) where the roofs meet: peak /
+        bandwidth, by the course's one roofline
+        (:attr:`labkit.kernels.roofline.Roofline.ridge`)."""
+        from labkit.kernels.roofline import datasheet
+
+        return datasheet(self.key, precision).ridge
 
     @property
     def nvlink_per_direction(self) -> float:
@@ -120,6 +124,16 @@ class SMLimits:
     max_shared_per_block: int     # bytes (opt-in maximum)
     reserved_shared_per_block: int
     shared_unit: int              # shared-memory allocation granularity, bytes
+
+    @property
+    def cuda_cores(self) -> int:
+        """FP32 lanes of the whole GPU: SMs x FP32 lanes per SM."""
+        return self.sm_count * self.fp32_lanes_per_sm
+
+    @property
+    def max_resident_threads(self) -> int:
+        """Threads resident at once on the whole GPU: SMs x threads per SM."""
+        return self.sm_count * self.max_threads_per_sm
 
 
 KB = 1024

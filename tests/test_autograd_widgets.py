@@ -7,17 +7,15 @@ import pytest
 
 from labkit.autograd import widgets
 from labkit.training import widgets as twidgets
-from widget_checks import first_slider_changes_output
+from widget_checks import first_slider_test
 
 matplotlib.use("Agg")
 
 
-@pytest.mark.parametrize("module, name", [(widgets, "graph_pass_widget"),
-                                          (widgets, "mode_cost_widget"),
-                                          (twidgets, "precision_widget"),
-                                          (twidgets, "kv_cache_widget")])
-def test_first_slider_changes_output(module, name, capsys):
-    first_slider_changes_output(getattr(module, name)(), capsys, steps=1)
+test_first_slider_changes_output = first_slider_test(
+    {"graph_pass_widget": widgets.graph_pass_widget, "mode_cost_widget": widgets.mode_cost_widget,
+     "precision_widget": twidgets.precision_widget, "kv_cache_widget": twidgets.kv_cache_widget},
+    steps=1)
 
 
 def test_other_widgets_build(capsys):

@@ -19,7 +19,8 @@ def _fwd(b, i, h, o, rg):
 
 @pytest.mark.parametrize("wrong, hint", [
     (_fwd, "forward pass only"),
-    (lambda b, i, h, o, rg: 3 * b * (i * h + h * o), "2 FLOPs"),
+    (lambda b, i, h, o, rg: 3 * b * (i * h + h * o), "2 FLOPs"),       # the step, MACs
+    (lambda b, i, h, o, rg: b * (i * h + h * o), "2 FLOPs"),           # the forward, MACs
     (lambda b, i, h, o, rg: 3 * _fwd(b, i, h, o, rg), "input_requires_grad=False"),
     (lambda b, i, h, o, rg: 2 * _fwd(b, i, h, o, rg), "twice"),
 ])

@@ -5,7 +5,10 @@ import numpy as np
 import pytest
 
 from labkit.check import FAIL, MISSING, PASS, evaluate, get
-from labkit.check import ch07  # noqa: F401
+from labkit.check import ch07
+from labkit.check.core import Wrong
+from labkit.check.formula import check_formula
+from labkit.dataload.model import steady_throughput
 
 
 @pytest.mark.parametrize("ex", ["7.1", "7.2", "7.3", "7.4"])
@@ -24,17 +27,20 @@ def test_7_1_rejects(wrong, hint):
     assert v.status == FAIL and hint in v.message
 
 
-def _no_cores(L, C, W, cores):
-    return 1 / (L + C) if W == 0 else 1 / max(C, L / W)
+def _with_workers(rate):
+    """A 7.2 answer right without workers and ``rate(L, C, W, cores)`` with them."""
+    return lambda L, C, W, cores: 1 / (L + C) if W == 0 else rate(L, C, W, cores)
 
 
 @pytest.mark.parametrize("wrong, hint", [
-    (_no_cores, "cores"),
+    (_with_workers(lambda L, C, W, cores: 1 / max(C, L / W)), "that leaves out the cores"),
     (lambda L, C, W, cores: 1 / (L + C), "slowest"),
     (lambda L, C, W, cores: 1 / max(C, L / W, (L + C) / cores), "1/(L + C)"),
-    (lambda L, C, W, cores: 1 / (L + C) if W == 0 else 1 / max(C, L / W, L / cores), "cores / (L + C)"),
-    (lambda L, C, W, cores: 1 / (L + C) if W == 0 else 1 / max(L / W, (L + C) / cores),
-     "at most 1/C"),
+    (_with_workers(lambda L, C, W, cores: 1 / max(C, L / W, L / cores)),
+     "the cores bound leaves out the step"),
+    (_with_workers(lambda L, C, W, cores: 1 / max(L / W, L / cores)),
+     "the cores bound leaves out the step"),
+    (_with_workers(lambda L, C, W, cores: 1 / max(L / W, (L + C) / cores)), "at most 1/C"),
     (lambda L, C, W, cores: L + C if W == 0 else max(C, L / W, (L + C) / cores),
      "seconds per batch"),
     (lambda L, C, W, cores: 0.9 / (L + C) if W == 0 else 1 / max(C, L / W, (L + C) / cores),
@@ -42,7 +48,19 @@ def _no_cores(L, C, W, cores):
 ])
 def test_7_2_rejects(wrong, hint):
     v = evaluate("7.2", wrong)
-    assert v.status == FAIL and hint in v.message
+    assert v.status == FAIL and hint in v.message, v.message
+    if "cores bound" in hint or "leaves out the cores" in hint:
+        assert "cores / (L + C)" in v.message
+
+
+@pytest.mark.parametrize("wrong", [lambda L, C, W, cores: 1 / max(C, L / W),
+                                   lambda L, C, W, cores: 1 / max(C, L / W, L / cores)])
+def test_7_2_hint_where_no_cores_and_a_loose_cores_bound_agree(wrong):
+    # with W = cores, L/cores = L/W: either answer may be meant, so the hint covers both
+    with pytest.raises(Wrong, match=r"missing or too loose.*cores / \(L \+ C\)"):
+        check_formula(wrong, steady_throughput, [(0.032, 0.012, 2, 2)], rtol=1e-6,
+                      call=lambda *case: f"steady_throughput{case}",
+                      shortcuts=ch07._THROUGHPUT_SHORTCUTS, hint="")
 
 
 def _interleaved(rec):

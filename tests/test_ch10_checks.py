@@ -44,6 +44,7 @@ def test_10_1_rejects(wrong, hint):
 @pytest.mark.parametrize("wrong, hint", [
     (lambda p, m, v: (p - 1) / m, "without interleaving"),
     (lambda p, m, v: (p - 1) / (v * m + p - 1), "idle share"),
+    (lambda p, m, v: (p - 1) / (m + p - 1), "idle share"),        # and no interleaving
     (lambda p, m, v: (p - 1) / (v * m) + 0.01, "bubble fraction"),
     (lambda p, m, v: p / (v * m), "bubble fraction"),
 ])

@@ -5,7 +5,7 @@ import pytest
 
 from labkit.check import get
 from labkit.check.core import Wrong
-from labkit.check.formula import check_formula, equals, formula_exercise
+from labkit.check.formula import check_formula, equals, formula_exercise, scaled
 
 
 def _area(r, n):
@@ -39,6 +39,28 @@ def test_a_wrong_answer_gets_the_first_matching_hint(answer, message):
     with pytest.raises(Wrong) as e:
         _check(answer)
     assert str(e.value) == message
+
+
+def test_equals_names_any_of_several_wrong_formulas():
+    test = equals(lambda r, n: n * 2 * math.pi * r, lambda r, n: n * math.pi * r)
+    assert test(6 * math.pi, 3.0, 1) and test(3 * math.pi, 3.0, 1)
+    assert not test(_area(3.0, 1), 3.0, 1)
+    assert equals(lambda r, n: r, rtol=0.1)(1.05, 1.0, 1)
+    with pytest.raises(TypeError, match="at least one"):
+        equals()
+
+
+def test_scaled_matches_k_times_the_formula_for_one_of_the_factors():
+    test = scaled(_area, 8, 1 / 8)
+    assert test(8 * math.pi, 1.0, 1) and test(math.pi / 8, 1.0, 1)
+    assert not test(math.pi, 1.0, 1) and not test(2 * math.pi, 1.0, 1)
+    assert not scaled(_area, 100)(math.pi * (100 + 1e-6), 1.0, 1)      # rtol 1e-9
+    assert scaled(_area, 100, rtol=1e-6)(math.pi * (100 + 1e-6), 1.0, 1)
+    with pytest.raises(TypeError, match="at least one factor"):
+        scaled(_area)
+    with pytest.raises(Wrong, match="= 25.1327, expected 3.14159: bits, not bytes"):
+        check_formula(lambda r, n: 8 * _area(r, n), _area, [(1.0, 1)], call=lambda r, n: f"a({r})",
+                      shortcuts=[(scaled(_area, 8, 1 / 8), "bits, not bytes")], hint="")
 
 
 def test_tolerances():

@@ -161,3 +161,52 @@ def test_energy_counts_preempted_segments_and_errors():
         energy.PowerModel("Z80")
     with pytest.raises(ValueError, match="idle_fraction"):
         energy.PowerModel(idle_fraction=1.5)
+
+
+def test_backups_needed_against_the_binomial_tail():
+    from scipy.stats import binom
+    # E[step] = 1 + 2·P[Binomial(16 + b, 0.05) > b]; the least b with E < 1.05
+    e = [1 + 2 * binom.sf(b, 16 + b, 0.05) for b in range(10)]
+    want = next(b for b, x in enumerate(e) if x < 1.05)
+    assert want == 3 and e[2] > 1.05 > e[3]              # off by one either way is wrong
+    assert stragglers.backups_needed(16, 1.0, 0.05, 3.0, 1.05) == 3
+    assert stragglers.backups_needed(16, 1.0, 0.05, 3.0, 10.0) == 0
+    assert stragglers.backups_needed(64, 1.0, 0.01, 3.0, 1.01) == next(
+        b for b in range(50) if 1 + 2 * binom.sf(b, 64 + b, 0.01) < 1.01)
+    with pytest.raises(ValueError, match="target"):
+        stragglers.backups_needed(16, 1.0, 0.05, 3.0, 1.0)
+    with pytest.raises(ValueError, match="max_backups"):
+        stragglers.backups_needed(16, 1.0, 0.05, 3.0, 1.0 + 1e-12, max_backups=3)
+
+
+def test_overheads_mtbf_and_checkpoint_size_by_hand():
+    # the chapter's exercise: 1024 GPUs, each failing once in 5 years, C = 3 min, R = 5 min
+    m1 = faults.system_mtbf(5 * 365 * 24 * 3600, 1024)
+    assert m1 == pytest.approx(5 * 365 * 24 / 1024 * 3600) and m1 / 3600 == pytest.approx(42.77, abs=0.01)
+    tau = faults.daly_interval(180, m1)
+    want = m1 * math.exp(300 / m1) * math.expm1((tau + 180) / m1) / tau - 1     # Daly eq. 13
+    assert faults.expected_overhead(1e7, tau, 180, 300, m1) == pytest.approx(want)
+    assert round(100 * want, 1) == 5.2
+    # the first of N exponential failures: a simulated check of the mean
+    rng = np.random.default_rng(0)
+    assert rng.exponential(10.0, size=(200_000, 4)).min(1).mean() == pytest.approx(
+        faults.system_mtbf(10.0, 4), rel=0.01)
+    with pytest.raises(ValueError, match="components"):
+        faults.system_mtbf(10.0, 0)
+    # mixed-precision Adam keeps fp16 weights (2 B) + fp32 master, m, v (12 B); no gradients
+    size = faults.checkpoint_size(7e9)
+    assert (size.bytes_per_param, size.bytes) == (14, 98e9)
+    assert faults.checkpoint_size(1e6, "fp32", "momentum").bytes_per_param == 4 + 4
+    assert faults.checkpoint_size(1e6, "fp32", "sgd").bytes == 4e6     # weights only
+    cost = faults.CheckpointCost(1000, 48_000_000, 0.064, 0.03)
+    assert cost.time_to_write(98e9) == pytest.approx(98e9 / (48e6 / 0.064))
+
+
+def test_sweep_overheads_are_relative_to_work_and_best():
+    sw = faults.interval_sweep(10 * 3600, 120, 300, 8 * 3600, points=5, trials=200, seed=0)
+    np.testing.assert_allclose(sw.overhead, sw.simulated / (10 * 3600) - 1)
+    best = int(np.argmin(sw.simulated))
+    assert sw.excess_over_best(sw.intervals[best]) == 0
+    assert sw.excess_over_best(sw.intervals[0]) == pytest.approx(
+        sw.simulated[0] / sw.simulated[best] - 1)
+    assert np.all(sw.overhead > 0)     # checkpoints and failures only add time

@@ -8,17 +8,15 @@ import pytest
 from labkit.cluster import faults, plots, stragglers, widgets
 from labkit.cluster.jobs import generate_jobs
 from labkit.cluster.scheduler import Cluster, simulate
-from widget_checks import first_slider_changes_output
+from widget_checks import first_slider_test
 
 matplotlib.use("Agg")
 
 
-@pytest.mark.parametrize("name, kw", [("policy_widget", {"jobs": 100}),
-                                      ("checkpoint_widget", {}),
-                                      ("straggler_widget", {})])
-def test_first_slider_changes_output(name, kw, capsys):
-    w = getattr(widgets, name)(**kw)
-    first_slider_changes_output(w, capsys, steps=4)
+test_first_slider_changes_output = first_slider_test(
+    {"policy_widget": lambda: widgets.policy_widget(jobs=100),
+     "checkpoint_widget": widgets.checkpoint_widget,
+     "straggler_widget": widgets.straggler_widget}, steps=4)
 
 
 def test_widget_numbers(capsys):

@@ -47,7 +47,7 @@ def test_seeded_and_the_learners_rule_is_used():
     assert calls == [True] * 5 and r.n_skipped == 0 and r.final_scale == 2.0 ** 16
 
 
-def test_chapter_run_overflows_only_at_the_start():
+def test_chapter_run_backs_off_then_probes():
     """The chapter's run (400 steps, growth interval 50): the scale falls from 2^16 to where
     4·exp(N(0, 0.5²))·S fits fp16, then probes upward once per 50 good steps."""
     r = loss_scaling.simulate()

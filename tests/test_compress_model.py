@@ -4,9 +4,10 @@ import pytest
 import torch
 
 from labkit.compress.model import (FORMATS, QuantLinear, conv_cost, dequantize, fake_quant,
-                                   kd_loss, magnitude_mask, qparams, quantize, round_to,
-                                   structured_mask, underflow_fraction, unit_roundoff,
-                                   update_loss_scale)
+                                   kd_loss, magnitude_mask, overflow_fraction, qparams,
+                                   quant_error_curve, quantize, relative_error, round_to,
+                                   separable_ratio, structured_mask, underflow_fraction,
+                                   unit_roundoff, update_loss_scale)
 
 
 def test_asymmetric_qparams_closed_form_and_zero_exact():
@@ -81,6 +82,45 @@ def test_round_to_float64_inputs_rounding_and_overflow():
     assert round_to(np.float32(1.5), "bf16").dtype == np.float64
 
 
+def test_relative_error_whole_and_per_row():
+    w = np.array([[3.0, 4.0], [0.0, 1.0]])
+    wq = np.array([[3.0, 4.5], [0.0, 1.5]])
+    # ‖(0, .5, 0, .5)‖ / ‖(3, 4, 0, 1)‖ = √0.5 / √26; rows: 0.5 / 5 and 0.5 / 1
+    assert relative_error(w, wq) == pytest.approx(np.sqrt(0.5 / 26))
+    np.testing.assert_allclose(relative_error(w, wq, axis=1), [0.1, 0.5])
+    x = np.random.default_rng(0).normal(size=(8, 16))
+    xq = fake_quant(x, 4, True)
+    rms = np.sqrt(np.mean((xq - x) ** 2)) / np.sqrt(np.mean(x ** 2))   # chapter 08's form
+    assert relative_error(x, xq) == pytest.approx(rms, rel=1e-12)
+    with pytest.raises(ValueError, match="axis must be None, 0 or 1"):
+        relative_error(w, wq, axis=2)
+    with pytest.raises(ValueError, match="wq"):
+        relative_error(w, wq[:1])
+
+
+def test_quant_error_curve_per_channel_wins_and_halves_per_bit():
+    w = np.random.default_rng(0).normal(size=(16, 64)) * np.geomspace(0.02, 1.0, 16)[:, None]
+    err = quant_error_curve(w, [4, 5, 6, 7, 8])
+    assert list(err) == ["per tensor", "per channel"]
+    assert err["per tensor"][0] == relative_error(w, fake_quant(w, 4, True))
+    assert err["per channel"][-1] == relative_error(w, fake_quant(w, 8, True, 0))
+    assert all(c < t for t, c in zip(err["per tensor"], err["per channel"]))
+    assert np.allclose(np.array(err["per tensor"][:-1]) / err["per tensor"][1:], 2.0, rtol=0.2)
+    with pytest.raises(ValueError, match=r"bits must be an integer in \[2, 16\]"):
+        quant_error_curve(w, [1])
+
+
+def test_overflow_fraction_is_past_the_formats_max():
+    g = np.array([1.0, -1.0, 100.0, 0.0])
+    assert overflow_fraction(g, "fp16") == 0.0
+    assert overflow_fraction(g, "fp16", scale=FORMATS["fp16"].max / 100) == 0.0   # = max
+    assert overflow_fraction(g, "fp16", scale=1000.0) == pytest.approx(0.25)     # 1e5
+    assert overflow_fraction(g, "fp16", scale=2.0 ** 16) == pytest.approx(0.75)  # |±1|·2^16
+    assert overflow_fraction(g, "bf16", scale=2.0 ** 16) == 0.0
+    with pytest.raises(ValueError, match="fmt must be one of"):
+        overflow_fraction(g, "fp8")
+
+
 def test_loss_scaling_rescues_underflow():
     g = np.array([1e-8, 3e-8, 1e-6, 1e-3])
     assert underflow_fraction(g, "fp16") == pytest.approx(0.25)     # 1e-8 < 2^-25 rounds to 0
@@ -108,6 +148,10 @@ def test_conv_cost_matches_torch_and_mobilenet_ratio():
     assert c.standard_params == std.weight.numel()
     assert c.separable_params == dw.weight.numel() + pw.weight.numel()
     assert c.ratio == pytest.approx(1 / n + 1 / k ** 2)
+    for k2, m2, n2, f2 in ((3, 32, 64, 112), (5, 16, 24, 56), (1, 8, 8, 4)):
+        assert separable_ratio(k2, n2) == pytest.approx(conv_cost(k2, m2, n2, f2).ratio)
+    with pytest.raises(ValueError, match="out_ch must be an integer >= 1"):
+        separable_ratio(3, 0)
 
 
 def test_kd_loss_against_torch():

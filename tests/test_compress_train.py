@@ -2,6 +2,7 @@
 import matplotlib
 import numpy as np
 import pytest
+import torch
 
 from labkit.compress import train as T
 from labkit.compress import widgets
@@ -50,6 +51,31 @@ def test_sparse_timing_and_autocast():
     d = T.autocast_dtypes()
     assert d["linear"] == "bfloat16" and d["matmul"] == "bfloat16"
     assert d["cross_entropy"] == "float32" and d["mse_loss"] == "float32"
+
+
+def test_fusion_timing_bandwidth_and_speedup():
+    from labkit.kernels.cpu import EPILOGUE_ARRAY_TRAFFIC
+    r = T.fusion_timing(n=4096, repeats=2)
+    assert r.n == 4096 and r.numpy_s > 0 and r.fused_s > 0
+    assert r.traffic == EPILOGUE_ARRAY_TRAFFIC == {"numpy": 11, "fused": 3}
+    assert r.bandwidth("numpy") == 11 * 4 * 4096 / r.numpy_s
+    assert r.bandwidth("fused") == 3 * 4 * 4096 / r.fused_s
+    assert r.speedup == r.numpy_s / r.fused_s
+    fixed = T.FusionTiming(10, 2.0, 0.5, {"numpy": 11, "fused": 3})
+    assert fixed.speedup == 4.0 and fixed.bandwidth("numpy") == 11 * 4 * 10 / 2.0
+    with pytest.raises(ValueError, match="which must be one of"):
+        fixed.bandwidth("torch")
+    with pytest.raises(ValueError, match="n must be an integer >= 1"):
+        T.fusion_timing(n=0)
+
+
+def test_parameter_counts_from_torch():
+    from labkit.compress.model import conv_cost
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10))
+    assert T.parameter_count(mlp) == 64 * 16 + 16 + 16 * 10 + 10
+    for k, m, n in ((3, 32, 64), (5, 16, 24), (1, 8, 8)):
+        assert T.torch_separable_params(k, m, n) == k * k * m + m * n \
+            == conv_cost(k, m, n, 7).separable_params
 
 
 @pytest.mark.parametrize("name", ["quant_widget", "scaling_widget"])

@@ -6,15 +6,14 @@ import pytest
 
 from labkit.dataload import plots, widgets
 from labkit.dataload.sim import PipelineConfig, simulate
-from widget_checks import first_slider_changes_output
+from widget_checks import first_slider_test
 
 matplotlib.use("Agg")
 
 
-@pytest.mark.parametrize("name", ["machine_widget", "steps_widget"])
-def test_first_slider_changes_output(name, capsys):
-    first_slider_changes_output(getattr(widgets, name)(PipelineConfig(batches=30)), capsys,
-                                steps=3)
+test_first_slider_changes_output = first_slider_test(
+    {"machine_widget": lambda: widgets.machine_widget(PipelineConfig(batches=30)),
+     "steps_widget": lambda: widgets.steps_widget(PipelineConfig(batches=30))}, steps=3)
 
 
 def test_widget_arguments_validated():

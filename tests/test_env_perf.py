@@ -9,7 +9,7 @@ import pytest
 
 from labkit._device import real_gpu_count
 from labkit.env import environment_warnings, report
-from labkit.perf import Row, amdahl_curve, amdahl_speedup, format_table, time_call
+from labkit.perf import Row, amdahl_curve, amdahl_speedup, benchmark, format_table
 
 
 def test_report_names_versions_and_device():
@@ -75,13 +75,13 @@ def test_amdahl_closed_forms():
         amdahl_curve(0.5, 0)
 
 
-def test_time_call_counts_calls_and_rejects_bad_repeats():
+def test_benchmark_counts_calls_and_rejects_bad_repeats():
     calls = []
-    t = time_call(lambda: calls.append(1), repeats=5, warmup=2, number=3)
+    t = benchmark(lambda: calls.append(1), repeats=5, warmup=2, number=3)
     assert len(calls) == 2 + 5 * 3 and len(t.samples) == 5
     assert t.best <= t.median and t.iqr >= 0
     with pytest.raises(ValueError, match="repeats and number must be >= 1"):
-        time_call(lambda: None, repeats=0)
+        benchmark(lambda: None, repeats=0)
 
 
 def test_bench_table_ratio_is_baseline_over_labkit():

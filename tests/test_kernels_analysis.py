@@ -23,6 +23,7 @@ def test_matmul_traffic_matches_closed_form(variant, m, k, n):
     assert t.per_array["a"]["reads"] == want.a_reads
     assert t.per_array["b"]["reads"] == want.b_reads
     assert t.per_array["c"]["writes"] == want.c_writes
+    assert t.global_reads == want.global_reads            # a's and b's, nothing else
     assert t.shared_reads == want.shared_reads
     assert t.shared_writes == want.shared_writes
     assert element_counts(trace, "a").max() == want.max_reads_a

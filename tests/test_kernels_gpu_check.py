@@ -38,3 +38,28 @@ def test_reduction_section_on_the_simulator(capsys):
     assert g.section_reduction(ctx) == []
     out = capsys.readouterr().out
     assert out.count(" ok") == 5 and "reduce_fast" in out
+
+
+def test_every_matmul_case_has_full_and_cut_tiles():
+    """The GPU correctness pass takes each kernel's unguarded full-tile path and its guarded
+    one: c's rows, columns and k each hold at least one whole block tile and a cut one."""
+    from labkit.kernels.ops import BLOCKED_2D
+
+    g = _module()
+    (m, k), (k2, n) = g.MATMUL_SHAPES
+    assert k == k2
+    cases = g.matmul_cases()
+    assert [kw["blocked"] for v, kw in cases[-len(g.REGISTER2D_TRIALS):]] == list(
+        g.REGISTER2D_TRIALS)
+    assert ("register2d", dict(blocked=dict(bm=128, bn=128, bk=8, tm=8, tn=8))) in cases
+    assert g.REGISTER2D_TRIALS[0] == BLOCKED_2D            # the default shape is checked
+    for variant, kw in cases:
+        if variant == "register2d":
+            p = dict(BLOCKED_2D, **kw.get("blocked", {}))
+            rows, cols, depth = p["bm"], p["bn"], p["bk"]
+        else:
+            rows = cols = depth = kw["tile"]
+        sizes = [(m, rows), (n, cols)] + ([(k, depth)] if variant != "naive"
+                                          and variant != "coalesced" else [])
+        for size, tile in sizes:
+            assert size > tile and size % tile, (variant, kw, size, tile)

@@ -73,29 +73,15 @@ def test_occupancy_sweep_covers_block_sizes():
     assert max(o.occupancy for o in sweep) == 0.5
 
 
-def test_roofline_presets_and_bounds():
-    h100 = roofline.PRESETS["H100"]
-    assert h100.ridge() == pytest.approx(67e12 / 3.35e12)
-    assert roofline.PRESETS["H200"].bandwidth > h100.bandwidth
-    assert roofline.attainable(h100, 1.0) == pytest.approx(3.35e12)
-    assert roofline.attainable(h100, 1e4) == pytest.approx(67e12)
-    assert roofline.bound(h100, 0.25) == "memory-bound"
-    assert roofline.bound(h100, 100.0) == "compute-bound"
-    assert roofline.bound(h100, 100.0, "bf16") == "memory-bound"
-    assert h100.peak("bf16") == pytest.approx(989.5e12) and h100.peak("tf32") == 494.5e12
-    with pytest.raises(ValueError, match="no bf16 rate"):
-        roofline.Hardware("cpu", {"fp32": 1e12}, 1e11).peak("bf16")
-    with pytest.raises(ValueError, match="intensity"):
-        roofline.attainable(h100, 0)
-    with pytest.raises(ValueError, match="hardware"):
-        roofline.hardware("TPU")
-    with pytest.raises(ValueError, match="precision"):
-        h100.peak("int8")
+def test_this_machine_is_perf_machines_measurement():
+    from labkit.perf.machine import measure_machine
 
-
-def test_measure_machine_is_positive():
-    m = roofline.measure_machine()
-    assert m.peak("fp32") > 1e6 and m.bandwidth > 1e6 and "measured" in m.name
+    roof = measure_machine()
+    m = roofline.hardware("this machine")
+    assert m.peak("fp32") == roof.peak > 1e6 and m.bandwidth == roof.bandwidth > 1e6
+    assert m.measured and "measured" in m.name and m.ridge() == roof.ridge
+    with pytest.raises(ValueError, match=r"this machine \(measured\) has no bf16 rate"):
+        m.peak("bf16")
 
 
 def test_bf16_rounding_to_nearest_even():
@@ -156,6 +142,63 @@ def test_fp16_accumulation_error_grows_with_k_and_fp32_does_not():
         tensorcore.error_vs_k((0,))
     with pytest.raises(ValueError, match="fmt"):
         tensorcore.round_to(np.ones(2), "fp8")
+
+
+def test_error_growth_names_the_fp16_accumulator():
+    r = tensorcore.error_vs_k((16, 4096))
+    for label, e in r.errors.items():
+        assert r.growth[label] == pytest.approx(e[-1] / e[0])
+    # pure fp16 grows ~150x from K=16 to 4096; fp32 accumulation (x13) and tensor cores less
+    assert r.growth["fp16 in, fp16 accumulate"] > 100 > r.growth["fp32 in, fp32 accumulate"]
+    assert r.fastest_growing == "fp16"
+    fp32_only = tensorcore.ErrorVsK(r.ks, {k: v for k, v in r.errors.items()
+                                           if "fp16 accumulate" not in k}, r.distribution)
+    assert fp32_only.fastest_growing == "fp32"
+
+
+def test_whole_gpu_counts_from_the_white_papers():
+    # A100 white paper: 6912 FP32 CUDA cores (108 SMs); H100 SXM5: 16896 (132 SMs)
+    assert A100.cuda_cores == 6912 and H100.cuda_cores == 16896
+    assert A100.max_resident_threads == 108 * 2048 and H100.max_resident_threads == 132 * 2048
+
+
+def test_ratios_of_two_machines():
+    h100, a100 = roofline.PRESETS["H100"], roofline.PRESETS["A100"]
+    r = roofline.ratios(h100, a100)
+    assert r["peak"] == pytest.approx(67 / 19.5) and r["bandwidth"] == pytest.approx(3350 / 2039)
+    assert r["ridge"] == pytest.approx(h100.ridge() / a100.ridge())
+    assert roofline.ratios(h100, a100, "bf16")["peak"] == pytest.approx(989.5 / 312)
+    with pytest.raises(ValueError, match="no bf16 rate"):
+        roofline.ratios(h100, roofline.Hardware("cpu", {"fp32": 1e12}, 1e11), "bf16")
+
+
+def test_ladder_predictions_and_speedup():
+    from labkit.kernels import models
+    for gpu, used in ((None, "H100"), ("V100", "H100"), ("A100", "A100"), ("H200", "H200")):
+        preds = models.predict_ladder(1024, gpu)
+        assert [p.variant for p in preds] == list(models.LADDER)
+        assert {p.gpu for p in preds} == {used}
+        assert preds[2].seconds == models.predict_matmul(1024, "tiled", used).seconds
+    h100 = {p.variant: p for p in models.predict_ladder(4096, "H100")}
+    speedup = models.predicted_speedup(4096, "register2d", "tiled", "H100")
+    assert speedup == pytest.approx(h100["register2d"].tflops / h100["tiled"].tflops)
+    assert speedup > 1 and models.predicted_speedup(4096, "tiled", "tiled") == 1.0
+
+
+def test_cpu_comparisons_time_both_sides_on_the_same_inputs():
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((48, 32)).astype(np.float32)
+    b = rng.standard_normal((32, 24)).astype(np.float32)
+    mm = cpu.compare_matmul(a, b, repeats=2)
+    assert mm.agrees and mm.flops == 2 * 48 * 32 * 24
+    assert len(mm.ours.samples) == len(mm.baseline.samples) == 2
+    assert mm.ratio == mm.baseline.median / mm.ours.median
+    assert mm.gflops == pytest.approx(mm.flops / mm.ours.median / 1e9)
+    x = rng.standard_normal(1000).astype(np.float32)
+    ep = cpu.compare_epilogue(x, x, repeats=2)
+    assert ep.agrees and ep.flops == 0 and ep.baseline_name == "numpy unfused"
+    with pytest.raises(ValueError, match="repeats"):
+        cpu.compare_matmul(a, b, repeats=0)
 
 
 def test_cpu_blocked_matmul_matches_numpy():

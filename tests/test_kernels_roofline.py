@@ -31,7 +31,25 @@ def test_the_ridge_point_is_where_the_roofs_meet():
     assert r.attainable(r.ridge) == pytest.approx(r.peak)
     assert r.attainable(r.ridge / 2) == pytest.approx(r.peak / 2)
     assert r.bound(19.99) == "memory-bound" and r.bound(20.01) == "compute-bound"
+    assert r.bound(r.ridge) == "compute-bound" and not r.measured     # the ridge: compute
     np.testing.assert_allclose(r.attainable(np.array([1.0, 1e4])), [3.35e12, 67e12])
+
+
+def test_h100_data_sheet_values_and_the_time_bound():
+    # NVIDIA H100 SXM data sheet, dense: 67 TFLOP/s FP32, 494.5 TF32, 989.5 BF16; 3.35 TB/s
+    h100 = roofline.hardware("H100")
+    assert h100 is roofline.PRESETS["H100"] and h100.ridge() == pytest.approx(67e12 / 3.35e12)
+    assert h100.peak("bf16") == pytest.approx(989.5e12) and h100.peak("tf32") == 494.5e12
+    assert roofline.PRESETS["H200"].bandwidth > h100.bandwidth      # same chip, more HBM
+    # intensity 100 is past the FP32 ridge (20) but below the BF16 one (~295)
+    assert roofline.bound(h100, 100.0) == "compute-bound"
+    assert roofline.bound(h100, 100.0, "bf16") == "memory-bound"
+    r = Roofline("toy", peak=100.0, bandwidth=10.0)
+    assert r.min_time(1000, 10) == 10.0 and r.min_time(10, 1000) == 100.0   # max(F/P, Q/B)
+    with pytest.raises(ValueError, match="hardware must be one of"):
+        roofline.hardware("TPU")
+    with pytest.raises(ValueError, match="precision"):
+        h100.peak("int8")
 
 
 def test_a_missing_precision_is_refused_not_substituted():

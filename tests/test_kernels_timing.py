@@ -14,7 +14,16 @@ from labkit.kernels.models import LADDER, LADDER_SHAPES
                                        ("NVIDIA A100-SXM4-80GB", "A100"),
                                        ("Tesla V100-SXM2-32GB", "V100"),
                                        ("Tesla T4", None),
-                                       ("NVIDIA GeForce RTX 4090", None)])
+                                       ("NVIDIA GeForce RTX 4090", None),
+                                       # other boards of a sheet's chip: not the SXM sheet
+                                       ("NVIDIA H100 PCIe", None),
+                                       ("NVIDIA H100 NVL", None),
+                                       ("NVIDIA H200 NVL", None),
+                                       ("NVIDIA A100 80GB PCIe", None),
+                                       ("Tesla V100-PCIE-32GB", None),
+                                       ("NVIDIA A100-SXM4-40GB", None),   # 1.56 TB/s
+                                       ("NVIDIA GH200 480GB", None),      # not an H200
+                                       ("NVIDIA H800", None)])
 def test_hardware_key_of_a_device_name(name, key):
     assert timing.hardware_key(name) == key
     assert timing.hardware_key(name, "H100") == (key or "H100")
@@ -50,3 +59,14 @@ def test_time_matmul_checks_every_output_on_the_simulator():
     assert not idle.correct and np.isnan(dc.copy_to_host()).all()
     assert idle.tflops == pytest.approx(2 * 16 ** 3 / 1e-3 / 1e12)
     assert not timing.time_matmul("tiled", da, da, dc, want + 1.0, 1, dict(tile=8)).correct
+
+
+def test_torch_matmul_seconds_needs_cuda_and_a_valid_repeats():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA torch: gpu_check times it")
+    a = np.ones((4, 4), np.float32)
+    with pytest.raises(RuntimeError, match="no CUDA"):
+        timing.torch_matmul_seconds(a, 1)
+    with pytest.raises(ValueError, match="repeats"):
+        timing.torch_matmul_seconds(a, 0)

@@ -147,3 +147,63 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="world must be an integer >= 1"):
         chunk_bounds(5, 0)
     assert chunk_bounds(7, 3) == (0, 3, 5, 7)
+
+
+def test_compare_allreduce_counts_by_hand():
+    # 4 ranks × 8 float32 = 32 B vector. Naive: rank 0 receives 3 vectors, sends 3 back.
+    from labkit.parallel.collectives import compare_allreduce
+    data = [np.arange(8, dtype=np.float32) * (r + 1) for r in range(4)]
+    rows = {s.algorithm: s for s in compare_allreduce(data)}
+    assert tuple(rows) == ALGORITHMS["all_reduce"]
+    assert all(s.correct and s.world == 4 and s.nbytes == 32 for s in rows.values())
+    naive, ring, tree = rows["naive"], rows["ring"], rows["tree"]
+    assert (naive.steps, naive.messages, naive.bytes_sent, naive.max_bytes_into_rank) == \
+        (6, 6, 192, 96)
+    # ring: 2(p-1) = 6 steps of p = 4 messages of one 8-byte chunk; each rank gets 6 chunks
+    assert (ring.steps, ring.messages, ring.bytes_sent, ring.max_bytes_into_rank) == \
+        (6, 24, 192, 48)
+    # binomial tree: rank 0 receives from 1 and 2 (2 × 32 B) in the reduce
+    assert (tree.steps, tree.messages, tree.max_bytes_into_rank) == (4, 6, 64)
+    assert ring.terms.latency_count == 6 and ring.terms.total_bytes == 192
+
+
+def test_compare_allreduce_times_match_formulas_and_hand_values():
+    from labkit.parallel.collectives import compare_allreduce, uniform_vectors
+    kw = dict(alpha=5e-6, beta=1 / 25e9, gamma=1e-11)
+    for p in (3, 4, 6):
+        for s in compare_allreduce(uniform_vectors(p, p * 4096), **kw):
+            assert s.simulated_s == pytest.approx(s.formula_s, rel=1e-12)
+            assert s.steps == s.terms.latency_count and s.messages == s.terms.messages
+            assert s.bytes_sent == s.terms.total_bytes
+    ring = compare_allreduce(uniform_vectors(4, 16384), **kw)[1]
+    n = 16384 * 4
+    assert ring.formula_s == pytest.approx(6 * 5e-6 + 1.5 * n / 25e9 + 0.75 * n * 1e-11)
+    assert ring.formula_s * 1e6 == pytest.approx(34.424, abs=1e-3)   # the notebook's row
+
+
+def test_compare_allreduce_flags_a_wrong_sum(monkeypatch):
+    import dataclasses
+    from labkit.parallel import collectives
+    real = collectives.all_reduce
+
+    def off_by_one(data, algorithm="ring"):     # rank 0 misses one contribution
+        run = real(data, algorithm)
+        return dataclasses.replace(run, outputs=(run.outputs[0] - data[-1],) + run.outputs[1:])
+
+    monkeypatch.setattr(collectives, "all_reduce", off_by_one)
+    data = [np.arange(4.0) + r for r in range(3)]
+    assert not any(s.correct for s in collectives.compare_allreduce(data))
+    with pytest.raises(ValueError, match="alpha"):
+        collectives.compare_allreduce(data, alpha=-1.0)
+
+
+def test_uniform_vectors_round_down_to_equal_chunks():
+    from labkit.parallel.collectives import uniform_vectors
+    assert [len(uniform_vectors(p, 250_000)[0]) for p in (2, 3, 5, 8)] == \
+        [250_000, 249_984, 250_000, 249_984]
+    v = uniform_vectors(3, 100)
+    assert len(v) == 3 and v[0].dtype == np.float32 and len(v[0]) == 96
+    with pytest.raises(ValueError, match="elements"):
+        uniform_vectors(8, 10)
+    with pytest.raises(ValueError, match="world"):
+        uniform_vectors(0, 10)

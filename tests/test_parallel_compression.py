@@ -48,6 +48,11 @@ def test_int8_quantization_error_bound():
     assert s == pytest.approx(0.02) and q.tolist() == [-127, 25, 50]
     q, s = C.int8_quantize(np.zeros(3))                    # nothing to scale: scale 1
     assert s == 1.0 and q.dtype == np.int8 and q.tolist() == [0, 0, 0]
+    with pytest.raises(ValueError, match="x must not be empty"):
+        C.int8_quantize(np.zeros(0))
+    for bad in (np.nan, np.inf, -np.inf):
+        with pytest.raises(ValueError, match="x must hold finite numbers"):
+            C.int8_quantize(np.array([1.0, bad]))
 
 
 def test_powersgd_recovers_low_rank_mean():

@@ -78,3 +78,19 @@ def test_stage_order_validates():
         stage_order("1f1b", 4, 8, 4)
     with pytest.raises(TypeError, match="microbatches"):
         stage_order("1f1b", 4, "8", 0)
+
+
+def test_compare_schedules_against_the_papers_closed_forms():
+    from labkit.parallel.pipeline import compare_schedules
+    c = compare_schedules(4, 8, chunks=2)
+    # GPipe and 1F1B: (p-1)/m = 3/8; interleaved (p-1)/(v·m) = 3/16 (SC'21 §2.2)
+    assert c.bubble == pytest.approx({"gpipe": 0.375, "1f1b": 0.375, "interleaved": 0.1875})
+    assert c.formula == pytest.approx(0.1875)
+    # stage 0 stashes m (GPipe), p (1F1B), and (warm-up (p-1)·2 + (v-1)·p + 1) / v chunks
+    assert c.stash == {"gpipe": 8.0, "1f1b": 4.0, "interleaved": 5.5}
+    assert c.least_stash == "1f1b"
+    big = compare_schedules(8, 64, 4)
+    assert big.bubble["interleaved"] == pytest.approx(7 / 256)
+    assert big.bubble["gpipe"] == pytest.approx(7 / 64)
+    with pytest.raises(ValueError, match="microbatches"):
+        compare_schedules(4, 6, 2)

@@ -77,3 +77,38 @@ def test_plot_plans():
     fig = plot_plans(P.plan(P.GPTModel(24, 2304, 24, batch=512), P.cluster("A100", 32)), top=5)
     assert len(fig.axes[0].patches) == 5 and "MFU" in fig.axes[0].texts[0].get_text()
     matplotlib.pyplot.close("all")
+
+
+def test_table1_comparison_rows_and_relative_time():
+    rows = P.table1_comparison()
+    assert [r.pub["gpus"] for r in rows] == [row[6] for row in P.TABLE1]
+    by = {r.pub["params_b"]: r for r in rows}
+    # the 76.1B plan (t=8, p=4) is the fastest of only 3 (t, p) pairs that fit
+    assert (by[76.1].rank, by[76.1].pairs, by[76.1].time_vs_best) == (1, 3, 1.0)
+    model, cl, _ = P.table1_models()[3]
+    ps = P.plan(model, cl, zero_stages=(0,), recompute=("full",))
+    mine = ps.best(tp=8, pp=1)
+    assert by[18.4].mine == mine and by[18.4].rank == ps.rank_of(8, 1) == 11
+    assert by[18.4].time_vs_best == pytest.approx(mine.step_time / ps.ranked[0].step_time)
+    assert by[18.4].time_vs_best == pytest.approx(1.054, abs=5e-4)
+    assert ps.relative_time(ps.ranked[0]) == 1.0
+    assert all(r.time_vs_best >= 1.0 and 1 <= r.rank <= r.pairs for r in rows)
+
+
+def test_layer_comm_vs_compute_by_hand():
+    gpt3 = P.GPTModel(96, 12288, 96, batch=1)
+    cl = P.cluster("A100", 8)
+    lc = P.layer_comm_vs_compute(gpt3, 8, cl)
+    # 4 ring all-reduces of s·b·h bf16: 4 × 2·7/8 × 2048·12288·2 B = 352.3 MB
+    assert lc.nbytes == pytest.approx(4 * 2 * 7 / 8 * 2048 * 12288 * 2)
+    assert lc.intra_s == pytest.approx(lc.nbytes / GPUS["A100"].nvlink_per_direction)
+    assert lc.inter_s == pytest.approx(lc.nbytes / P.HDR_INFINIBAND)
+    assert lc.compute_s == pytest.approx(
+        gpt3.flops("none") / 96 / 8 / (GPUS["A100"].peak("bf16") * P.DEFAULT_EFFICIENCY))
+    # the notebook's numbers: 1.2 ms NVLink, 14.1 ms InfiniBand, 16.1 ms arithmetic
+    assert (round(lc.intra_s * 1e3, 1), round(lc.inter_s * 1e3, 1), round(lc.compute_s * 1e3, 1)) \
+        == (1.2, 14.1, 16.1)
+    with pytest.raises(ValueError, match="efficiency"):
+        P.layer_comm_vs_compute(gpt3, 8, cl, efficiency=0)
+    with pytest.raises(TypeError, match="cl"):
+        P.layer_comm_vs_compute(gpt3, 8, "A100")

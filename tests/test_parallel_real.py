@@ -104,3 +104,24 @@ def test_free_port_and_launch_errors():
         launch(print, 2, backend="mpi")
     with pytest.raises(ValueError, match="global_batch must be a positive multiple"):
         TrainConfig(global_batch=5).validate(2)
+
+
+def test_unweighted_fit_is_polyfit_and_may_go_negative():
+    # p = 2 ring: t = 2α + nβ, so plain least squares is np.polyfit's line with α = A / 2
+    n = np.array([256.0, 4096, 32768, 262144, 1048576])
+    t = np.array([30e-6, 30e-6, 32e-6, 40e-6, 400e-6])   # 2α ≈ 30 µs, the largest one noisy
+    B, A = np.polyfit(n, t, 1)
+    plain = fit_alpha_beta(n, t, 2, weighted=False)
+    assert plain.alpha == pytest.approx(A / 2, rel=1e-9)
+    assert plain.beta == pytest.approx(B, rel=1e-9)
+    # the weighted fit keeps α near the small messages' 15 µs; the plain one lets the
+    # megabyte message set the line and its α drops to a third of that
+    assert fit_alpha_beta(n, t, 2).alpha == pytest.approx(13.9e-6, rel=0.01)
+    assert plain.alpha == pytest.approx(5.09e-6, rel=0.01)
+    # an exact line with a negative intercept: plain α is negative, the weighted one clamped
+    big = np.array([32768.0, 262144, 1048576])
+    line = big * 1e-9 - 10e-6
+    assert fit_alpha_beta(big, line, 2, weighted=False).alpha == pytest.approx(-5e-6)
+    assert fit_alpha_beta(big, line, 2).alpha >= 0
+    with pytest.raises(TypeError, match="weighted"):
+        fit_alpha_beta(n, t, 2, weighted="no")

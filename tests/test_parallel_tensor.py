@@ -98,3 +98,27 @@ def test_layer_comm_count():
 def test_bad_arguments(call, word):
     with pytest.raises(ValueError, match=word):
         call()
+
+
+def test_megatron_demo_equals_dense_and_counts_papers_bytes():
+    d = tp_.megatron_demo()
+    assert d.activation_bytes == 8 * 16 * 8
+    assert [r.tp for r in d.mlp] == [1, 2, 4, 8]
+    for r in d.mlp:
+        assert r.max_error < 1e-12
+        # Shoeybi §3: one all-reduce forward (g), one backward (f): 2 × 2(t-1)/t × 1024 B
+        assert r.bytes_per_gpu == r.formula_bytes == 2 * 2 * (r.tp - 1) / r.tp * 1024
+    assert [r.bytes_per_gpu for r in d.mlp] == [0, 2048, 3072, 3584]
+    assert d.attention.max_error < 1e-12 and d.attention.comms[0][0] == "all_reduce"
+    assert d.attention.bytes_per_gpu == d.attention.formula_bytes == 1536
+    for r in d.sequence_parallel:
+        assert r.max_error < 1e-12
+        assert [op for op, _ in r.comms] == ["all_gather", "reduce_scatter"]
+        # Korthikanti §4.2.2: (t-1)/t each, together one all-reduce's bytes
+        assert [b for _, b in r.comms] == [(r.tp - 1) * 1024 // r.tp] * 2
+        assert r.bytes_per_gpu == r.formula_bytes
+    # a different seed draws different layers, still exact
+    other = tp_.megatron_demo((2,), (2,), seed=1)
+    assert other.mlp[0].max_error < 1e-12 and other.mlp[0].bytes_per_gpu == 2048
+    with pytest.raises(ValueError, match="hidden"):
+        tp_.megatron_demo(hidden=0)

@@ -9,16 +9,15 @@ import pytest
 matplotlib.use("Agg")
 
 from labkit.parallel import cost, dp_sim, widgets  # noqa: E402
-from widget_checks import first_slider_changes_output  # noqa: E402
+from widget_checks import first_slider_test  # noqa: E402
 
 pytest.importorskip("ipywidgets")
 
 
-@pytest.mark.parametrize("build", [lambda: widgets.collective_widget(4, "ring"),
-                                   lambda: widgets.cost_widget("all_reduce"),
-                                   lambda: widgets.scaling_widget()])
-def test_first_slider_changes_output(build, capsys):
-    first_slider_changes_output(build(), capsys, steps=2)
+test_first_slider_changes_output = first_slider_test(
+    {"collective_widget": lambda: widgets.collective_widget(4, "ring"),
+     "cost_widget": lambda: widgets.cost_widget("all_reduce"),
+     "scaling_widget": widgets.scaling_widget}, steps=2)
 
 
 def test_collective_numbers(capsys):

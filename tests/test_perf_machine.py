@@ -1,29 +1,11 @@
-"""Rooflines and operator counts: closed forms, data sheets, PyTorch's flop counter."""
+"""This machine's measurements and operator counts: PyTorch's flop counter, closed forms.
+The roofline model itself is tested in test_kernels_roofline.py."""
 import pytest
 import torch
 
-from labkit.hardware import GPUS
-from labkit.perf.machine import (Roofline, datasheet, measure_bandwidth, measure_peak_flops)
+from labkit.perf.machine import measure_bandwidth, measure_peak_flops
 from labkit.perf.ops import count_ops
 from labkit.perf.stack import simplenet_counts, simplenet_step_flops, cnn_step_counts
-
-
-def test_roofline_closed_forms():
-    r = Roofline("toy", peak=100.0, bandwidth=10.0, source="test")
-    assert r.ridge == 10.0
-    assert r.attainable(1.0) == 10.0 and r.attainable(50.0) == 100.0
-    assert r.min_time(1000, 10) == 10.0 and r.min_time(10, 1000) == 100.0
-    assert r.bound(9.9) == "memory-bound" and r.bound(10.0) == "compute-bound"
-    with pytest.raises(ValueError, match="intensity must be > 0"):
-        r.attainable(0.0)
-
-
-@pytest.mark.parametrize("key", ["A100", "H100", "H200"])
-def test_datasheet_rooflines_come_from_labkit_hardware(key):
-    r = datasheet(key, "bf16")
-    assert r.peak == GPUS[key].peak("bf16") and r.bandwidth == GPUS[key].hbm_bandwidth
-    assert r.ridge == pytest.approx(GPUS[key].ridge("bf16"))
-    assert not r.measured
 
 
 def test_measurements_are_positive_and_validated():

@@ -132,6 +132,32 @@ def test_rows_round_trip_and_table(tmp_path):
     assert frameworks.load_rows(tmp_path / "missing.json") is None
     table = frameworks.format_rows(rows)
     assert "| ONNX Runtime | - | - | 500 | 2.00 | inference only |" in table
+    # the chapter's torch.compile row comes from make bench's file, when there is one
+    assert frameworks.cached_compile_rows(tmp_path / "missing.json") == []
+    assert frameworks.cached_compile_rows(path) == []
+    comp = frameworks.FrameworkRow("torch.compile", 1e-3, (9e-4, 2e-3), 4e-4)
+    path = frameworks.save_rows(rows + [comp], tmp_path / "y.json")
+    assert frameworks.cached_compile_rows(path) == [comp]
+    assert frameworks.compile_note([comp], path).endswith("loaded from y.json")
+    assert "run it and rerun this cell" in frameworks.compile_note([])
+    assert frameworks.fastest_trainer(rows) == "torch eager"
+    assert frameworks.fastest_trainer(rows + [comp]) == "torch.compile"
+    with pytest.raises(ValueError, match="at least one row with a training time"):
+        frameworks.fastest_trainer(rows[1:])
+
+
+def test_reproduction_lines():
+    published = {0: 120.0, 3: 1.9}
+    got = metrics.format_reproduction(published, {0: 120.0, 3: 1.875}, "ZeRO stage", "GB")
+    assert got.splitlines() == [
+        "ZeRO stage 0: paper  120.0 GB | labkit  120.00 GB | difference 0.0%",
+        "ZeRO stage 3: paper    1.9 GB | labkit    1.88 GB | difference 1.3%"]
+    assert metrics.format_reproduction(published, None, "s", "GB").splitlines()[1] == \
+        "s 3: paper    1.9 GB | labkit     nan GB | difference nan%"
+    with pytest.raises(TypeError, match="published must be a non-empty dict"):
+        metrics.format_reproduction({}, None, "s", "GB")
+    with pytest.raises(TypeError, match="reproduced must be a dict or None"):
+        metrics.format_reproduction(published, [1.0], "s", "GB")
 
 
 def test_int8_sizes_and_budget(mlp):
@@ -150,6 +176,12 @@ def test_int8_sizes_and_budget(mlp):
     assert [ok for _, ok, _ in res] == [False, False]
     assert "40.0 kB > 30.0 kB" in res[0][2] and "2.00 ms > 1.00 ms" in res[1][2]
     assert [ok for _, ok, _ in deploy.fits(vs, deploy.CLOUD)] == [True, True]
+    assert deploy.fitting(res) == "none"
+    assert deploy.fitting(deploy.fits(vs, deploy.CLOUD)) == "a and b"
+    assert deploy.fitting(deploy.fits(vs, deploy.Budget("b", 30e3, 3e-3, 10))) == "b"
+    assert deploy.format_payload(layers) == "payload: fp32 38,440 B, int8 10,040 B (ratio 3.83)"
+    assert deploy.format_payload(layers, 9610).endswith("int8 9,610 B (ratio 4.00)")
     prog = deploy.export_program(mlp.model)
     targets = [str(n.target) for n in prog.graph.nodes if n.op == "call_function"]
     assert len(targets) == 3 and "relu" in targets[1]
+    assert deploy.graph_ops(prog) == ["linear.default", "relu.default", "linear.default"]

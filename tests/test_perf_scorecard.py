@@ -43,7 +43,9 @@ def test_score_model_against_closed_forms(card, tiny, data):
 
 
 def test_table_has_one_column_per_model_and_the_values(card):
-    other = scorecard.Scorecard(**{**card.__dict__, "energy": None, "mfu": 0.5})
+    # MFU 50 %: the training rate at which 3 × forward FLOPs × rate is half the peak
+    other = scorecard.Scorecard(**{**card.__dict__, "energy": None,
+                                   "train_samples_per_s": 0.5 * 1e9 / (3 * 1192)})
     table = scorecard.format_scorecards({"mlp": card, "cnn": other})
     lines = table.splitlines()
     assert lines[0] == "| metric | MLP | CNN |" and lines[1] == "|---|---:|---:|"

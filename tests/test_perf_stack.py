@@ -50,6 +50,35 @@ def test_littles_law_on_the_h100():
         stack.bytes_in_flight(0, 1e9)
 
 
+def test_in_flight_per_sm_on_the_h100():
+    """3.35 TB/s × 500 ns = 1.675 MB; over 132 SMs 12.7 kB and 3,172 four-byte loads each,
+    more than the 2,048 threads an SM holds."""
+    r = stack.in_flight(500e-9)
+    assert r.gpu == stack.DEFAULT_GPU == "H100" and r.sm_count == 132
+    assert r.bytes == pytest.approx(1.675e6) and r.loads == pytest.approx(418750)
+    assert r.bytes_per_sm == pytest.approx(1.675e6 / 132)
+    assert r.loads_per_sm == pytest.approx(418750 / 132) and r.max_threads_per_sm == 2048
+    assert stack.format_in_flight(r) == (
+        "bytes in flight: 1.68 MB = 12.7 kB per SM\n"
+        "4-byte loads in flight: 418,750 = 3,172 per SM "
+        "(an SM holds at most 2,048 resident threads)")
+    assert stack.in_flight(500e-9, "A100", bytes_per_load=8).loads == \
+        pytest.approx(500e-9 * GPUS["A100"].hbm_bandwidth / 8)
+    with pytest.raises(ValueError, match="gpu must be one of"):
+        stack.in_flight(500e-9, "T4")
+
+
+def test_roofline_lines():
+    from labkit.kernels.roofline import datasheet
+    lines = stack.format_rooflines([datasheet("H100", "fp32"), datasheet("A100", "bf16")])
+    h100, a100 = lines.splitlines()
+    assert h100.split() == ["H100", "fp32", "(data", "sheet)", "peak", "67.000", "TFLOP/s",
+                            "bandwidth", "3350", "GB/s", "ridge", "20.0", "FLOP/byte"]
+    assert a100.split()[5] == f"{GPUS['A100'].peak('bf16') / 1e12:.3f}"
+    with pytest.raises(TypeError, match="roofs must hold Roofline"):
+        stack.format_rooflines([3])
+
+
 def test_seed_example3_trains_on_the_devices_there_are():
     import torch
     losses, ids = stack.seed_example3(epochs=2, n=256)
@@ -64,6 +93,18 @@ def test_gpu_prediction_is_labelled_and_launches_cost_time():
     assert p5.step_s - p0.step_s == pytest.approx(calls * 5e-6)
     assert p0.copy_s == pytest.approx(32 * (3 * 32 * 32 * 4 + 8) / stack.PCIE5_X16)
     assert stack.launch_half_batch(5e-6) >= 2
+    # the defaults are the stated DEFAULT_GPU's
+    assert stack.predict_cnn(32) == stack.predict_cnn(32, stack.DEFAULT_GPU) == p0
+
+
+def test_predicted_curve_is_predict_cnn_at_each_batch():
+    curve = stack.predict_cnn_curve("A100", 2e-6, batches=(1, 64))
+    assert curve == (stack.predict_cnn(1, "A100", launch_s=2e-6),
+                     stack.predict_cnn(64, "A100", launch_s=2e-6))
+    assert [r.batch for r in stack.predict_cnn_curve()] == list(stack.CURVE_BATCHES)
+    assert stack.CURVE_BATCHES[0] == 1 and stack.CURVE_BATCHES[-1] == 1024
+    with pytest.raises(ValueError, match="batches must be a non-empty tuple"):
+        stack.predict_cnn_curve(batches=())
 
 
 def test_run_cnn_on_the_cpu_is_measured():
@@ -87,17 +128,14 @@ def test_cnn_on_the_gpu_is_measured_with_its_copy():
 
 
 def _pretend_gpu(monkeypatch, name):
-    """Make labkit.kernels.timing.gpu_key see a GPU called ``name``."""
-    import types
+    """Make torch see a GPU called ``name`` (numba is not asked: see the next test)."""
+    import torch
 
-    from numba import cuda
-
-    from labkit.kernels import timing
-    monkeypatch.setattr(timing, "on_gpu", lambda: True)
-    monkeypatch.setattr(cuda, "get_current_device", lambda: types.SimpleNamespace(name=name))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: name)
 
 
-@pytest.mark.parametrize("name, key", [(b"NVIDIA H200", "H200"), ("NVIDIA A100-SXM4-80GB", "A100"),
+@pytest.mark.parametrize("name, key", [("NVIDIA H200", "H200"), ("NVIDIA A100-SXM4-80GB", "A100"),
                                        ("NVIDIA H100 80GB HBM3", "H100"),
                                        ("Tesla V100-SXM2-32GB", "V100")])
 def test_gpu_peak_is_the_peak_of_the_gpu_present(monkeypatch, name, key):
@@ -106,6 +144,25 @@ def test_gpu_peak_is_the_peak_of_the_gpu_present(monkeypatch, name, key):
     assert p.key == key and p.peak == GPUS[key].peak("fp32")
     assert p.label.startswith(f"{key} fp32 peak (the GPU present")
     assert stack.gpu_peak("fp16").peak == GPUS[key].peak("fp16")
+
+
+def test_gpu_peak_asks_torch_not_numba(monkeypatch):
+    """numba's simulator on a GPU machine (NUMBA_ENABLE_CUDASIM=1), or numba imported before
+    labkit on a CPU one, must not change the answer: the GPU rows are run by torch."""
+    import torch
+
+    from labkit.kernels import timing
+    _pretend_gpu(monkeypatch, "NVIDIA H200")
+    monkeypatch.setattr(timing, "on_gpu", lambda: False)          # numba: simulator
+    assert stack.gpu_peak().key == "H200"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(timing, "on_gpu", lambda: True)           # numba: "a GPU"
+
+    def no_device(*a):
+        raise RuntimeError("no CUDA device")
+    monkeypatch.setattr(torch.cuda, "get_device_name", no_device)
+    monkeypatch.setattr(timing, "device_name", no_device)
+    assert stack.gpu_peak().label == "H100 fp32 peak (stated default: no GPU)"
 
 
 def test_gpu_peak_of_an_unknown_gpu_is_the_labelled_default(monkeypatch):
@@ -120,9 +177,7 @@ def test_gpu_peak_of_an_unknown_gpu_is_the_labelled_default(monkeypatch):
 
 def test_seed_experiment1_without_a_gpu_predicts_and_says_so(monkeypatch):
     import torch
-    from labkit.kernels import timing
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(timing, "on_gpu", lambda: False)
     r = stack.seed_experiment1((2, 4), cpu_peak=1e11, cpu_steps=1, progress=False)
     assert r.gpu_peak.key == "H100" and r.gpu_peak.label == "H100 fp32 peak (stated default: no GPU)"
     assert [c.batch for c in r.cpu] == [2, 4] and all(c.measured for c in r.cpu)
@@ -149,8 +204,8 @@ def test_seed_experiment1_on_a_gpu_measures_against_its_own_peak():
     import torch
     if not torch.cuda.is_available():
         pytest.skip("needs a real CUDA GPU")
-    from labkit.kernels.timing import gpu_key
+    from labkit.kernels.timing import hardware_key
     r = stack.seed_experiment1((8,), cpu_peak=1e11, cpu_steps=1, gpu_steps=2, progress=False)
     assert r.gpu[0].measured and r.gpu[0].device == "cuda"
-    key = gpu_key(default=stack.DEFAULT_GPU)
+    key = hardware_key(torch.cuda.get_device_name(), None) or stack.DEFAULT_GPU
     assert r.gpu_peak.key == key and r.gpu[0].peak == GPUS[key].peak("fp32")

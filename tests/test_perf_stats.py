@@ -4,8 +4,9 @@ import math
 import numpy as np
 import pytest
 
-from labkit.perf import benchmark, interleaved, threads, time_call
-from labkit.perf.stats import (bootstrap_ci, noisy_samples, percentile, speedup_ci, t_ci)
+from labkit.perf import benchmark, interleaved, threads
+from labkit.perf.stats import (NoiseEstimates, bootstrap_ci, noise_estimates, noisy_samples,
+                               percentile, speedup_ci, t_ci)
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 100])
@@ -59,15 +60,31 @@ def test_noise_moves_the_mean_not_the_median():
         noisy_samples(10, interference=1.5)
 
 
-def test_benchmark_counts_calls_and_time_call_is_the_same():
+def test_noise_estimates_and_which_survive():
+    """Chapter 12's reveal: 30 % interference (3× slower runs) moves the mean by about
+    0.3 × 2 = 60 %, the median by a few per cent."""
+    e = noise_estimates(50, interference=0.3, jitter=0.05, seed=0)
+    x = noisy_samples(50, interference=0.3, jitter=0.05, seed=0)
+    np.testing.assert_array_equal(e.samples, x)
+    assert (e.mean, e.median, e.min) == (x.mean(), np.median(x), x.min())
+    assert e.ci == bootstrap_ci(x) and e.base == 1e-3
+    assert e.survivors() == "median" and e.mean > 1.4e-3
+    assert noise_estimates(10, jitter=0.0).survivors() == "both"
+    assert noise_estimates(50, interference=0.6, jitter=0.05).survivors() == "neither"
+    skewed = NoiseEstimates(np.array([0.5e-3, 0.5e-3, 2.0e-3]), 1e-3, bootstrap_ci([1.0, 1.0]))
+    assert skewed.survivors() == "mean" and skewed.survivors(tol=0.6) == "both"
+    with pytest.raises(ValueError, match="tol must be > 0"):
+        skewed.survivors(tol=0)
+
+
+def test_benchmark_counts_calls_and_checks_its_arguments():
     calls = []
     t = benchmark(lambda: calls.append(1), repeats=4, warmup=3, number=5)
     assert len(calls) == 3 + 4 * 5 and len(t.samples) == 4 and t.clock == "perf_counter"
     assert t.percentile(50) == pytest.approx(t.median)
     assert t.ci().low <= t.median <= t.ci().high
-    calls.clear()
-    time_call(lambda: calls.append(1), repeats=2, warmup=1, number=2)
-    assert len(calls) == 1 + 2 * 2
+    with pytest.raises(ValueError, match="repeats and number must be >= 1"):
+        benchmark(lambda: None, number=0)
     with pytest.raises(ValueError, match="device must be one of"):
         benchmark(lambda: None, device="tpu")
     with pytest.raises(TypeError, match="fn must be callable"):

@@ -5,7 +5,7 @@ import pytest
 from labkit.perf import widgets
 from labkit.perf.deploy import Variant
 from labkit.perf.machine import Roofline
-from widget_checks import first_slider_changes_output
+from widget_checks import first_slider_test
 
 matplotlib.use("Agg")
 
@@ -13,13 +13,11 @@ ROOF = Roofline("test machine", 1e11, 2e10, "test", True)
 VARIANTS = (Variant("fp32 eager", 40_000, 5e-5, 0.95), Variant("int8 dynamic", 13_000, 9e-5, 0.95))
 
 
-@pytest.mark.parametrize("build", [lambda: widgets.roofline_widget(ROOF),
-                                   lambda: widgets.cnn_batch_widget(()),
-                                   widgets.noise_widget,
-                                   lambda: widgets.deploy_widget(VARIANTS)])
-def test_first_slider_changes_output(build, capsys):
-    w = build()
-    first_slider_changes_output(w, capsys, steps=8)
+test_first_slider_changes_output = first_slider_test(
+    {"roofline_widget": lambda: widgets.roofline_widget(ROOF),
+     "cnn_batch_widget": lambda: widgets.cnn_batch_widget(()),
+     "noise_widget": widgets.noise_widget,
+     "deploy_widget": lambda: widgets.deploy_widget(VARIANTS)}, steps=8)
 
 
 def test_widgets_validate_before_building():

@@ -118,7 +118,7 @@ def test_a_phase_with_a_full_tile_path_counts_that_path(pr):
     inner = pr.inner_loop(instrs)
     assert [a for a, _, _ in inner] == [0xa0, 0xb0]
     phase = pr.phase_loop(instrs, inner)
-    path = pr.shortest_path(phase, guarded, inner)
+    path = pr.loading_path(phase, guarded, inner)
     assert [a for a, _, _ in path] == [0x10, 0x20, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0]
     # 4 FMAs a phase: the k loop (2 instructions) 4 times, 7 instructions around it
     assert pr.phase_cost(instrs, inner, 4, guarded) == (15.0, 4)
@@ -128,7 +128,7 @@ def test_a_phase_with_a_full_tile_path_counts_that_path(pr):
     assert pr.phase_cost(instrs, inner, 4, always) == (15.0, 4)
     # without it (both paths guarded by a fall-through only) the guarded one is the path
     no_full = [x for x in instrs if x[0] != 0x20]
-    assert [a for a, _, _ in pr.shortest_path(pr.phase_loop(no_full, inner), guarded, inner)
+    assert [a for a, _, _ in pr.loading_path(pr.phase_loop(no_full, inner), guarded, inner)
             ][:5] == [0x10, 0x30, 0x40, 0x50, 0x60]
 
 
@@ -166,3 +166,33 @@ def test_reduce_shapes_are_checked(pr, monkeypatch, capsys):
     assert "two integers block,unroll" in capsys.readouterr().err
     names = [name for name, _, _ in pr.reductions([dict(block=128, unroll=8)], {"reduce_fast"})]
     assert names == ["reduce_fast_256_4", "reduce_fast_128_8"]
+
+
+# A phase loop (0x10-0x90) whose guarded load is branched around, not predicated: the
+# guard's fail arm (0x20 -> 0x50) stores 0 and skips the LDG; it is the shorter path.
+BRANCHED_LOAD = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;                /* 0x0000 */
+        /*0010*/                   ISETP.GE.U32.AND P2, PT, R7, R8, PT ; /* 0x0000 */
+        /*0020*/               @P2 BRA 0x50 ;                            /* 0x0000 */
+        /*0030*/                   LDG.E R2, desc[UR4][R4.64] ;          /* 0x0000 */
+        /*0040*/                   BRA 0x60 ;                            /* 0x0000 */
+        /*0050*/                   MOV R2, RZ ;                          /* 0x0000 */
+        /*0060*/                   STS [R3], R2 ;                        /* 0x0000 */
+        /*0070*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;         /* 0x0000 */
+        /*0080*/                   FFMA R6, R8, R9, R6 ;                 /* 0x0000 */
+        /*0090*/              @!P3 BRA 0x10 ;                            /* 0x0000 */
+        /*00a0*/                   EXIT ;                                /* 0x0000 */
+"""
+
+
+def test_a_phase_counts_the_path_that_loads_not_the_shortest(pr):
+    instrs = pr.parse_sass(BRANCHED_LOAD)
+    guarded = pr.conditional(BRANCHED_LOAD)
+    phase = [x for x in instrs if 0x10 <= x[0] <= 0x90]
+    path = [a for a, _, _ in pr.loading_path(phase, guarded)]
+    # the load's arm (8 instructions), not the "store 0" arm (7) that skips the LDG
+    assert path == [0x10, 0x20, 0x30, 0x40, 0x60, 0x70, 0x80, 0x90]
+    # the same arms without the load (an LDS there instead): the shorter arm wins
+    no_load = [(a, "LDS", "LDS R2, [R4]") if a == 0x30 else (a, op, t) for a, op, t in phase]
+    assert [a for a, _, _ in pr.loading_path(no_load, guarded)] == [
+        0x10, 0x20, 0x50, 0x60, 0x70, 0x80, 0x90]

@@ -63,11 +63,24 @@ def first_slider_changes_output(widget, capsys, steps: int = 4) -> tuple[str, st
     return before, after
 
 
-def first_slider_test(module, names, steps: int = 4):
-    """A test, parametrized over ``names``, that builds ``getattr(module, name)()`` with its
-    defaults and checks that its first slider changes the output
+def first_slider_test(builders, names=(), steps: int = 4):
+    """A test, parametrized over the builders, that builds each widget and checks that its
+    first slider changes the output (:func:`first_slider_changes_output`).
+
+    ``builders`` is a dict ``{id: zero-argument builder}`` (a builder with arguments:
+    ``{"machine_widget": lambda: widgets.machine_widget(config)}``), or a module whose
+    builders ``names`` are built with their defaults
     (``test_first_slider_changes_output = first_slider_test(widgets, [...])``)."""
-    @pytest.mark.parametrize("name", names)
+    if isinstance(builders, dict):
+        if names:
+            raise TypeError("names go with a module; a dict already names its builders")
+        table = dict(builders)
+    else:
+        table = {name: getattr(builders, name) for name in names}
+    if not table or not all(callable(b) for b in table.values()):
+        raise TypeError("first_slider_test needs at least one builder, each callable")
+
+    @pytest.mark.parametrize("name", list(table))
     def test_first_slider_changes_output(name, capsys):
-        first_slider_changes_output(getattr(module, name)(), capsys, steps=steps)
+        first_slider_changes_output(table[name](), capsys, steps=steps)
     return test_first_slider_changes_output

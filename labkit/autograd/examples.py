@@ -1,10 +1,14 @@
 """Small programs the chapters trace, draw and optimize."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from labkit.autograd import functional as F
 from labkit.autograd.tensor import Tensor
+from labkit.autograd.trace import Graph
+from labkit.validate import integer, number
 
 
 def layered_program(depth: int = 2, width: int = 4, seed: int = 0):
@@ -29,3 +33,42 @@ def layered_program(depth: int = 2, width: int = 4, seed: int = 0):
         return F.softmax(x, -1)
 
     return fn, rng.normal(size=(3, width))
+
+
+@dataclass(frozen=True)
+class PassRun:
+    traced: Graph             # the graph ``trace`` recorded from the program
+    optimized: Graph          # after constant folding, dead-code elimination and fusion
+    same_on_new_input: bool   # the optimized graph equals the eager program on a new input
+
+
+def optimize_program(depth: int = 1, *, dead_code=None, seed: int = 1) -> PassRun:
+    """Trace :func:`layered_program` of ``depth`` layers, run fold → ``dead_code`` → fuse (the
+    order of :func:`~labkit.autograd.passes.optimize`; ``dead_code`` defaults to labkit's
+    :func:`~labkit.autograd.passes.eliminate_dead_code`, or pass your own), and compare the
+    optimized graph with the eager program on a new seeded input."""
+    from labkit.autograd.passes import eliminate_dead_code, fold_constants, fuse_elementwise
+    from labkit.autograd.trace import trace
+
+    dead_code = eliminate_dead_code if dead_code is None else dead_code
+    if not callable(dead_code):
+        raise TypeError(f"dead_code must be a graph pass (a function), got "
+                        f"{type(dead_code).__name__}")
+    fn, x = layered_program(depth=depth)
+    graph = trace(fn, x)
+    best = fuse_elementwise(dead_code(fold_constants(graph)))
+    x_new = np.random.default_rng(integer("seed", seed, low=0)).normal(size=x.shape)
+    return PassRun(graph, best, bool(np.allclose(best.run(x_new), fn(Tensor(x_new)).data)))
+
+
+def deep_chain(depth: int = 10_000, factor: float = 1.0001):
+    """(leaf, root): ``root = leaf · factor^depth`` built by ``depth`` multiplications from a
+    float32 leaf 0.5, a graph far deeper than Python's recursion limit;
+    ``d root / d leaf = factor^depth`` (up to ``depth`` float32 roundings)."""
+    depth = integer("depth", depth, low=1, high=1_000_000)
+    factor = number("factor", factor, finite=True)
+    leaf = Tensor(0.5, requires_grad=True)
+    root = leaf
+    for _ in range(depth):
+        root = root * factor
+    return leaf, root

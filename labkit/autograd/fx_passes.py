@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 
 def swap_modules(module, module_type, fn):
     """Trace ``module`` and replace every call of a ``module_type`` submodule by ``fn``
@@ -56,8 +58,6 @@ def dynamo_capture(fn, *inputs) -> DynamoCapture:
     No code is generated, so this takes about a second, not the tens of seconds Inductor's
     first C++ compile takes on a CPU.
     """
-    import torch
-
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {fn!r}")
     if not inputs or not all(isinstance(x, torch.Tensor) for x in inputs):
@@ -77,3 +77,67 @@ def dynamo_capture(fn, *inputs) -> DynamoCapture:
     return DynamoCapture(tuple(gm.code.strip() for gm in captured),
                          tuple(sum(n.op.startswith("call") for n in gm.graph.nodes)
                                for gm in captured), same)
+
+
+
+class SimpleNet(torch.nn.Module):
+    """Seed 000, example 1: Linear(10, 50) → ReLU → Linear(50, 1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(10, 50)
+        self.relu = torch.nn.ReLU()
+        self.fc2 = torch.nn.Linear(50, 1)
+
+    def forward(self, x):
+        x = self.fc1(x)
+        x = self.relu(x)
+        x = self.fc2(x)
+        return x
+
+
+@dataclass(frozen=True)
+class SwapResult:
+    traced: str      # the graph symbolic_trace records from the module, printed
+    code: str        # the Python the rewritten GraphModule runs
+    replaced: int    # calls of the module type replaced
+    changed: bool    # the rewritten module gives a different output on the probe input
+
+
+def swap_and_compare(module, module_type, fn, x) -> SwapResult:
+    """:func:`swap_modules` plus what a reader checks: the graph before, the code after,
+    and whether the rewrite changed the module's output on the probe input ``x``."""
+    import torch.fx as fx
+
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"x must be a torch tensor (the probe input), got {type(x).__name__}")
+    traced = str(fx.symbolic_trace(module).graph)
+    gm, replaced = swap_modules(module, module_type, fn)
+    with torch.no_grad():
+        changed = not torch.allclose(gm(x), module(x))
+    return SwapResult(traced, gm.code, replaced, changed)
+
+
+def graph_break_step(x):
+    y = torch.tanh(x) * 2
+    if y.sum() > 0:            # data-dependent Python control flow
+        y = y + 1
+    return y.sin()
+
+
+def inductor_cpp_compiler() -> str | None:
+    """Path of the C++ compiler TorchInductor would run on this CPU, or None.
+
+    Inductor takes the first of ``torch._inductor.config.cpp.cxx`` that runs — on Linux
+    ``(None, $CXX or "g++")``, where ``None`` stands for a conda-installed g++, tried only
+    when ``TORCH_INDUCTOR_INSTALL_GXX`` is set (``torch/_inductor/cpp_builder.py``:
+    ``get_cpp_compiler``, ``cpp_compiler_search``)."""
+    import shutil
+
+    from torch._inductor import config
+
+    search = config.cpp.cxx if isinstance(config.cpp.cxx, (list, tuple)) else (config.cpp.cxx,)
+    for name in search:
+        if name is not None and shutil.which(name):
+            return shutil.which(name)
+    return None

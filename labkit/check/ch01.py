@@ -6,9 +6,9 @@ import math
 import numpy as np
 
 from labkit.check.core import Wrong, exercise
-from labkit.check.formula import equals, formula_exercise
+from labkit.check.formula import equals, formula_exercise, scaled
 from labkit.hardware import GPUS
-from labkit.perf.stack import layer_of, loads_in_flight, simplenet_step_flops
+from labkit.perf.stack import bytes_in_flight, layer_of, loads_in_flight, simplenet_step_flops
 
 
 def _same(a, b) -> bool:
@@ -31,6 +31,8 @@ def _forward_flops(b, i, h, o, rg):
     return 2 * b * (i * h + h * o)
 
 
+_MULTIPLY_ADD = "a multiply-add counts as 2 FLOPs: an m×k by k×n matmul costs 2·m·n·k."
+
 formula_exercise(
     "1.1", "FLOPs of one SimpleNet training step", simplenet_step_flops, binds="step_flops",
     cases=[(5, 10, 50, 1, True), (5, 10, 50, 1, False), (64, 10, 50, 1, True),
@@ -40,14 +42,13 @@ formula_exercise(
         (equals(_forward_flops),
          "that is the forward pass only; backward computes two matmuls per layer (dW and "
          "dx)."),
-        (lambda got, *case: any(math.isclose(2 * got, x, rel_tol=1e-9) for x in (
-            _forward_flops(*case), simplenet_step_flops(*case))),
-         "a multiply-add counts as 2 FLOPs: an m×k by k×n matmul costs 2·m·n·k."),
+        (scaled(_forward_flops, 0.5), _MULTIPLY_ADD),
+        (scaled(simplenet_step_flops, 0.5), _MULTIPLY_ADD),
         (lambda got, b, i, h, o, rg: not rg and math.isclose(
             got, 3 * _forward_flops(b, i, h, o, rg), rel_tol=1e-9),
          "with input_requires_grad=False nobody needs the gradient of the first layer's "
          "input: skip that matmul (2·B·d_in·h)."),
-        (equals(lambda *case: 2 * _forward_flops(*case)),
+        (scaled(_forward_flops, 2),
          "backward is about twice the forward, not once: dW and dx of each layer are one "
          "matmul each.")],
     hint="forward 2B(d_in·h + h·d_out), then dW and dx for each layer.")
@@ -97,11 +98,9 @@ formula_exercise(
     shortcuts=[
         (equals(lambda peak, bw: bw / peak),
          "that is bytes per FLOP; the ridge point is FLOP per byte: peak / bandwidth."),
-        (lambda got, peak, bw: any(math.isclose(got, k * peak / bw, rel_tol=1e-9)
-                                   for k in (8, 1 / 8)),
+        (scaled(ridge_point, 8, 1 / 8),
          "no factor 8: the bandwidth is in bytes per second, not bits."),
-        (lambda got, peak, bw: any(math.isclose(got, 1000.0 ** k * peak / bw, rel_tol=1e-9)
-                                   for k in (-4, -3, -2, -1, 1, 2, 3, 4)),
+        (scaled(ridge_point, *(1000.0 ** k for k in (-4, -3, -2, -1, 1, 2, 3, 4))),
          "off by a power of 1000: peak is in FLOP/s and bandwidth in bytes/s, both in base "
          "units; convert neither to giga or tera.")],
     hint="the ridge point is peak / bandwidth, in FLOP per byte (Williams, Waterman & "
@@ -142,13 +141,11 @@ formula_exercise(
            (80e-9, 2.3e10, 8), (1e-6, 1e9, 1)],
     call=lambda lat, bw, b: f"loads_in_flight({lat:g}, {bw:.3g}, {b})",
     shortcuts=[
-        (equals(lambda lat, bw, b: lat * bw),
+        (equals(lambda lat, bw, b: bytes_in_flight(lat, bw)),
          "that is bytes in flight; divide by the bytes each load brings."),
-        (lambda got, lat, bw, b: any(math.isclose(got, x, rel_tol=1e-9)
-                                     for x in (bw / lat / b, lat / bw / b)),
+        (equals(lambda lat, bw, b: bw / lat / b, lambda lat, bw, b: lat / bw / b),
          "Little's law multiplies: in flight = latency × throughput."),
-        (lambda got, lat, bw, b: any(math.isclose(got, k * lat * bw / b, rel_tol=1e-9)
-                                     for k in (8, 1 / 8)),
+        (scaled(loads_in_flight, 8, 1 / 8),
          "no factor 8: the bandwidth is in bytes per second and each load brings "
          "bytes_per_load bytes.")],
     hint="Little's law (Little 1961): bytes in flight = latency × bandwidth, and each load "

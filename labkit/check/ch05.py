@@ -11,7 +11,7 @@ import numpy as np
 
 from labkit.check.ch04 import _budget, _rng, _run
 from labkit.check.core import Wrong, exercise, expect_close
-from labkit.check.formula import equals, formula_exercise
+from labkit.check.formula import equals, formula_exercise, scaled
 from labkit.kernels import library as lib
 from labkit.kernels.analysis import element_counts, summarize
 from labkit.kernels.models import matmul_traffic
@@ -138,7 +138,7 @@ formula_exercise(
     cases=[(1024, 16), (1024, 32), (100, 16), (7, 8), (4096, 64)],
     call=lambda n, tile: f"tiled_intensity({n}, {tile})", rtol=1e-6, atol=1e-8,
     shortcuts=[
-        (equals(lambda n, tile: 4 * tiled_intensity(n, tile), rtol=1e-6),
+        (scaled(tiled_intensity, 4, rtol=1e-6),
          "count bytes, not elements (float32 is 4 bytes)."),
         (equals(lambda n, tile: 2 * n ** 3 / (4 * (2 * n ** 3 + n * n)), rtol=1e-6),
          "that is the naive kernel's: with tiles each element of a and b is read "

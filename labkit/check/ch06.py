@@ -34,7 +34,7 @@ def block_saved_bytes(seq: int, batch: int, hidden: int, heads: int) -> int:
     what the CPU adds (:func:`labkit.memory.measure.transformer_extra_terms`): dropout masks
     stored in bf16, (as²b + 2sbh) more bytes, and both LayerNorms' mean and 1/std, 4sb·2."""
     extra = transformer_extra_terms(seq, batch, hidden, heads)
-    return int(round(activation_bytes_per_layer(seq, batch, hidden, heads))) + sum(extra.values())
+    return int(round(activation_bytes_per_layer(seq, batch, hidden, heads))) + extra.total
 
 
 def layer_activation_bytes(seq: int, batch: int, hidden: int, heads: int) -> float:
@@ -54,6 +54,8 @@ formula_exercise(
          "that is parameters + gradients only; add the optimizer's fp32 states."),
         (lambda got, n, opt: opt == "adam" and got == 12 * n,
          "Adam keeps two states per parameter (m and v), 8 bytes in fp32."),
+        (lambda got, n, opt: got == model_state_fp32(n, opt) - 4 * n,
+         "you left out the gradient: one fp32 number, 4 bytes, per parameter."),
         (lambda got, n, opt: got in {model_state_fp32(n, opt) // k for k in (4, 2)}
          | {8 * model_state_fp32(n, opt)},
          "count bytes, 4 per fp32 number.")],
@@ -127,7 +129,8 @@ def _(answer):
             continue
         where = f"block_saved_bytes{(s, b, h, a)} = {got!r}; torch saved {want:,} bytes"
         paper = activation_bytes_per_layer(s, b, h, a)
-        masks, ln = transformer_extra_terms(s, b, h, a).values()     # bf16 masks, LN stats
+        extra = transformer_extra_terms(s, b, h, a)       # bf16 dropout masks, LN statistics
+        masks, ln = extra.masks, extra.layernorm
         if np.isclose(got, paper):
             raise Wrong(f"{where}: that is Korthikanti's GPU count. On the CPU each dropout mask "
                         f"is stored in bf16 (2 bytes, not 1), and each LayerNorm also saves its "

@@ -35,20 +35,47 @@ def _(answer):
                      hint="Σ wait / (Σ wait + Σ compute).")
 
 
-_THROUGHPUT_CASES = [(0.032, 0.012, 0, 2), (0.032, 0.012, 1, 2), (0.032, 0.012, 2, 2),
-                     (0.032, 0.012, 4, 2), (0.032, 0.012, 4, 16), (0.004, 0.010, 3, 8),
+# (L, C, workers, cores). (4, 2) comes before (2, 2): there L/cores = L/W, so an answer
+# without the cores bound and one whose cores bound leaves out the step agree; on (4, 2)
+# they differ and each gets the hint that is true of it.
+_THROUGHPUT_CASES = [(0.032, 0.012, 0, 2), (0.032, 0.012, 1, 2), (0.032, 0.012, 4, 2),
+                     (0.032, 0.012, 2, 2), (0.032, 0.012, 4, 16), (0.004, 0.010, 3, 8),
                      (0.050, 0.005, 8, 4), (0.020, 0.020, 1, 1), (0.010, 0.001, 16, 64)]
 
-_THROUGHPUT_SHORTCUTS = [
-    (lambda got, L, C, W, cores: W > 0 and math.isclose(got, 1 / max(C, L / W), rel_tol=1e-6),
+
+def _rate_is(bound):
+    """The test "with workers, the answer is 1 / max(bounds(L, C, W, cores))"."""
+    def test(got, L, C, W, cores):
+        return W > 0 and math.isclose(got, 1 / max(bound(L, C, W, cores)), rel_tol=1e-6)
+    return test
+
+
+_no_cores = _rate_is(lambda L, C, W, cores: (C, L / W))
+_cores_without_step = [_rate_is(lambda L, C, W, cores: (C, L / W, L / cores)),
+                       _rate_is(lambda L, C, W, cores: (L / W, L / cores))]
+
+
+def _cores_share_load_only(got, *case):
+    return any(test(got, *case) for test in _cores_without_step)
+
+
+_THROUGHPUT_SHORTCUTS = [      # the step bound first: an answer without it may also match
+    # the cores bound without the step where that bound binds, e.g. 1/max(L/W, L/cores)
+    (_rate_is(lambda L, C, W, cores: (L / W, (L + C) / cores)),
+     "the training step itself takes C: however many workers load, the rate is at most 1/C."),
+    (lambda got, *case: _no_cores(got, *case) and not _cores_share_load_only(got, *case),
      "that leaves out the cores: all the CPU work, L + C per batch, shares them, so the "
      "rate is at most cores / (L + C)."),
+    (lambda got, *case: _cores_share_load_only(got, *case) and not _no_cores(got, *case),
+     "the cores bound leaves out the step: the training step (C) runs on the CPU too, so "
+     "the cores share L + C per batch and the rate is at most cores / (L + C), not "
+     "cores / L."),
+    (lambda got, *case: _no_cores(got, *case) or _cores_share_load_only(got, *case),
+     "the cores bound is missing or too loose: all the CPU work, loading (L) and the step "
+     "(C), shares the cores, so the rate is at most cores / (L + C)."),
     (equals(lambda L, C, W, cores: 1 / (L + C), rtol=1e-6),
      "with workers the loading overlaps the step; the slowest resource sets the rate, not "
      "the sum."),
-    (lambda got, L, C, W, cores: W > 0 and math.isclose(got, 1 / max(L / W, (L + C) / cores),
-                                                        rel_tol=1e-6),
-     "the training step itself takes C: however many workers load, the rate is at most 1/C."),
     (equals(lambda L, C, W, cores: 1 / steady_throughput(L, C, W, cores), rtol=1e-6),
      "that is seconds per batch; return batches per second.")]
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from labkit.check.core import Wrong, exercise, expect_close
-from labkit.compress.model import conv_cost, qparams, quantize, structured_mask, update_loss_scale
+from labkit.compress.loss_scaling import gradscaler_step
+from labkit.compress.model import conv_cost, qparams, quantize, structured_mask
 
 
 def scale_zero_point(x, bits):
@@ -19,9 +20,8 @@ def quantize_per_channel(w, bits):
     return quantize(w, qp), qp.scale.reshape(-1)
 
 
-def loss_scale_step(scale, found_inf, good_steps, growth_interval):
-    """Reference: one GradScaler update → (scale, good_steps, skipped)."""
-    return update_loss_scale(scale, found_inf, good_steps, growth_interval=growth_interval)
+# Reference: one GradScaler update → (scale, good_steps, skipped)
+loss_scale_step = gradscaler_step
 
 
 def separable_cost(kernel, in_ch, out_ch, feature):

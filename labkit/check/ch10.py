@@ -85,8 +85,7 @@ formula_exercise(
         (equals(lambda p, m, v: (p - 1) / m),
          "that is the bubble without interleaving; with v chunks per device each bubble slot "
          "lasts 1/v as long."),
-        (lambda got, p, m, v: any(math.isclose(got, (p - 1) / (k + p - 1), rel_tol=1e-9)
-                                  for k in (v * m, m)),
+        (equals(lambda p, m, v: (p - 1) / (v * m + p - 1), lambda p, m, v: (p - 1) / (m + p - 1)),
          "that is the idle share of the whole step (bubble / (ideal + bubble)); the paper's "
          "bubble fraction divides the bubble by the ideal time m·(t_f + t_b).")],
     hint="Narayanan et al. SC'21 §2.2.2: (p-1)/(v·m).")

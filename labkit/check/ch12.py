@@ -6,9 +6,9 @@ import math
 import numpy as np
 
 from labkit.check.core import Wrong, exercise
-from labkit.check.formula import equals, formula_exercise
+from labkit.check.formula import equals, formula_exercise, scaled
 from labkit.hardware import GPUS
-from labkit.perf.deploy import int8_linear_bytes
+from labkit.perf.deploy import fp32_linear_bytes, int8_linear_bytes
 from labkit.perf.metrics import mfu
 from labkit.perf.stats import percentile, speedup_ci
 
@@ -72,7 +72,7 @@ formula_exercise(
         (lambda got, f, s, peak, tr: tr and math.isclose(got, f * s / peak, rel_tol=1e-9),
          "a training step runs forward and backward: model FLOPs are 3 × the forward FLOPs "
          "(backward ≈ 2 × forward)."),
-        (equals(lambda f, s, peak, tr: 100 * mfu(f, s, peak, tr)),
+        (scaled(mfu, 100),
          "return a fraction (0.42), not a percentage (42)."),
         (lambda got, f, s, peak, tr: not tr and math.isclose(got, 3 * f * s / peak,
                                                              rel_tol=1e-9),
@@ -80,7 +80,7 @@ formula_exercise(
         (lambda got, f, s, peak, tr: tr and math.isclose(got, 2 * f * s / peak, rel_tol=1e-9),
          "backward ≈ 2 × forward comes on top of the forward itself: a training step is "
          "3 × the forward FLOPs."),
-        (equals(lambda f, s, peak, tr: 2 * mfu(f, s, peak, tr)),
+        (scaled(mfu, 2),
          "forward_flops_per_sample is in FLOPs already (2 per multiply-add): do not double "
          "it; PaLM's 6N per token is 3 × the forward's 2N.")],
     hint="MFU = (3 if training else 1) × forward FLOPs per sample × samples/s / peak "
@@ -149,7 +149,7 @@ formula_exercise(
         (_int8_shortcut(lambda w, b, n: w + 4 * b),
          "each quantized weight tensor also stores its scale (fp32) and zero point (int32): "
          "8 bytes per layer."),
-        (_int8_shortcut(lambda w, b, n: 4 * (w + b)),
+        (equals(fp32_linear_bytes),
          "that is the fp32 model, 4 bytes per weight; an int8 weight takes 1."),
         (_int8_shortcut(lambda w, b, n: w + b),
          "only the weights become int8; biases stay fp32, and each layer adds a scale and a "

@@ -25,9 +25,27 @@ from labkit.check.core import Wrong, exercise
 Shortcut = tuple[Callable[..., bool], str]     # (test(got, *case) -> bool, hint)
 
 
-def equals(wrong: Callable[..., float], rtol: float = 1e-9) -> Callable[..., bool]:
-    """The test "the answer is what the wrong formula ``wrong(*case)`` gives" (to ``rtol``)."""
-    return lambda got, *case: math.isclose(got, wrong(*case), rel_tol=rtol)
+def equals(*wrongs: Callable[..., float], rtol: float = 1e-9) -> Callable[..., bool]:
+    """The test "the answer is what one of the wrong formulas ``wrong(*case)`` gives" (to
+    ``rtol``): ``equals(lambda c, m: math.sqrt(2 * c * m))``."""
+    if not wrongs:
+        raise TypeError("equals needs at least one wrong formula")
+    return lambda got, *case: any(math.isclose(got, wrong(*case), rel_tol=rtol)
+                                  for wrong in wrongs)
+
+
+def scaled(fn: Callable[..., float], *factors: float, rtol: float = 1e-9
+           ) -> Callable[..., bool]:
+    """The test "the answer is k × ``fn(*case)`` for one of ``factors``" (to ``rtol``): the
+    factor 8 of bits for bytes, ``scaled(ridge_point, 8, 1 / 8)``; a percentage for a
+    fraction, ``scaled(mfu, 100)``."""
+    if not factors:
+        raise TypeError("scaled needs at least one factor")
+
+    def test(got, *case):
+        value = fn(*case)
+        return any(math.isclose(got, k * value, rel_tol=rtol) for k in factors)
+    return test
 
 
 def check_formula(answer: Callable[..., Any], reference: Callable[..., float],

@@ -62,6 +62,19 @@ def expected_wall_time(work_s: float, interval_s: float, checkpoint_s: float, re
     return m * math.exp(r / m) * math.expm1((tau + c) / m) * w / tau
 
 
+def expected_overhead(work_s: float, interval_s: float, checkpoint_s: float, restart_s: float,
+                      mtbf_s: float) -> float:
+    """Share of extra wall time, T(τ)/work − 1, with T from :func:`expected_wall_time`."""
+    return expected_wall_time(work_s, interval_s, checkpoint_s, restart_s, mtbf_s) / work_s - 1
+
+
+def system_mtbf(component_mtbf_s: float, components: int) -> float:
+    """MTBF of a job that stops when any of ``components`` independent parts fails, each
+    with exponential lifetimes of mean M: the first failure is Exp with rate N/M, so M/N."""
+    m = v.positive("component_mtbf_s", component_mtbf_s)
+    return m / v.integer("components", components, low=1)
+
+
 def expected_lost_work(segment_s: float, mtbf_s: float) -> float:
     """Mean time lost to one failure that strikes a segment of length L = τ + C:
     E[X | X < L] for X ~ Exp(M), which is M − L / (e^{L/M} − 1) (less than L/2: with
@@ -140,6 +153,15 @@ class Sweep:
 
     def simulated_at(self, tau: float) -> float:
         return float(np.interp(tau, self.intervals, self.simulated))
+
+    @property
+    def overhead(self) -> np.ndarray:
+        """Simulated wall time over the work, minus 1, per interval of the grid."""
+        return self.simulated / self.work - 1
+
+    def excess_over_best(self, tau: float) -> float:
+        """How much longer the run is at ``tau`` than at the grid's simulated best (a share)."""
+        return self.simulated_at(tau) / float(self.simulated.min()) - 1
 
 
 def interval_sweep(work_s: float, checkpoint_s: float, restart_s: float, mtbf_s: float, *,
@@ -223,6 +245,29 @@ class CheckpointCost:
     @property
     def bandwidth(self) -> float:
         return self.bytes / self.seconds
+
+    def time_to_write(self, nbytes: float) -> float:
+        """Seconds to save ``nbytes`` at this measured bandwidth."""
+        return v.nonnegative("nbytes", nbytes) / self.bandwidth
+
+
+@dataclass(frozen=True)
+class CheckpointSize:
+    parameters: float
+    bytes_per_param: int
+    bytes: float
+
+
+def checkpoint_size(parameters: float, precision: str = "mixed",
+                    optimizer: str = "adam") -> CheckpointSize:
+    """What a training checkpoint holds: the weights and the optimizer's states, not the
+    gradients (recomputed after a restart); bytes per parameter from
+    :func:`labkit.memory.estimator.bytes_per_param` (mixed Adam: 2 + 12 = 14 B)."""
+    from labkit.memory.estimator import bytes_per_param
+
+    n = v.nonnegative("parameters", parameters)
+    weights, _grads, states = bytes_per_param(precision, optimizer)
+    return CheckpointSize(n, weights + states, n * (weights + states))
 
 
 def measure_checkpoint(parameters: int = 4_000_000, repeats: int = 3,

@@ -64,6 +64,24 @@ def expected_step_bernoulli(workers: int, base: float, p: float, slowdown: float
     return base * (1 + (slowdown - 1) * straggle_probability(workers, p, backups))
 
 
+def backups_needed(workers: int, base: float, p: float, slowdown: float, target: float,
+                   max_backups: int = 1000) -> int:
+    """Fewest backup workers b with :func:`expected_step_bernoulli` < ``target`` (the step
+    uses the first N of N + b workers; Chen et al. 2016 §3). E[step] never rises with b
+    (Binomial(N+b+1, p) > b+1 implies Binomial(N+b, p) > b), so the first b found is least.
+    Raises ValueError if ``target`` <= ``base`` (never met) or none up to ``max_backups``."""
+    base = v.nonnegative("base", base)
+    target = v.number("target", target)
+    if target <= base:
+        raise ValueError(f"target must be > base = {base} (no number of backups reaches it), "
+                         f"got {target}")
+    for b in range(v.integer("max_backups", max_backups, low=0) + 1):
+        if expected_step_bernoulli(workers, base, p, slowdown, b) < target:
+            return b
+    raise ValueError(f"no number of backups up to max_backups={max_backups} gets the mean step "
+                     f"below target={target}")
+
+
 @dataclass(frozen=True)
 class StragglerSim:
     model: str

@@ -48,7 +48,10 @@ class LossScaleRun:
         return float(self.scales[-1])
 
 
-def _gradscaler_update(scale, found_inf, good_steps, growth_interval):
+def gradscaler_step(scale, found_inf, good_steps, growth_interval):
+    """One ``torch.amp.GradScaler.update`` → (scale, good_steps, skipped), with chapter 08's
+    exercise 8.3 positional signature (its reference): :func:`update_loss_scale` with the
+    other factors at GradScaler's defaults."""
     return update_loss_scale(scale, found_inf, good_steps, growth_interval=growth_interval)
 
 
@@ -59,7 +62,7 @@ def simulate(steps: int = 400, growth_interval: int = 50, init_scale: float = 2.
 
     ``update(scale, found_inf, good_steps, growth_interval) -> (scale, good_steps,
     skipped)`` is the rule applied after each step (chapter 08's exercise 8.3 signature);
-    by default GradScaler's (:func:`~labkit.compress.model.update_loss_scale`)."""
+    by default GradScaler's (:func:`gradscaler_step`)."""
     steps = v.integer("steps", steps, low=1)
     growth_interval = v.integer("growth_interval", growth_interval, low=1)
     scale = v.positive("init_scale", init_scale)
@@ -68,7 +71,7 @@ def simulate(steps: int = 400, growth_interval: int = 50, init_scale: float = 2.
     limit = FORMATS[v.one_of("fmt", fmt, tuple(FORMATS))].max
     seed = v.integer("seed", seed, low=0)
     if update is None:
-        update = _gradscaler_update
+        update = gradscaler_step
     elif not callable(update):
         raise TypeError(f"update must be a function (scale, found_inf, good_steps, "
                         f"growth_interval) -> (scale, good_steps, skipped), got "

@@ -97,6 +97,25 @@ def fake_quant(x, bits: int = 8, symmetric: bool = False, axis: int | None = Non
     return dequantize(quantize(x, qp), qp)
 
 
+def relative_error(w, wq, axis: int | None = None):
+    """‖wq − w‖₂ / ‖w‖₂: over the whole tensor (``axis`` None, the relative RMS error
+    √mean((wq − w)²) / √mean(w²)), or per row (``axis=1``: one value per output channel)."""
+    w = V.array("w", w, finite=True)
+    wq = V.array("wq", wq, finite=True, shape=w.shape)
+    if axis is not None and axis not in (0, 1):
+        raise ValueError(f"axis must be None, 0 or 1, got {axis!r}")
+    out = np.linalg.norm(wq - w, axis=axis) / np.linalg.norm(w, axis=axis)
+    return float(out) if axis is None else out
+
+
+def quant_error_curve(w, bits, symmetric: bool = True) -> dict[str, list[float]]:
+    """Relative RMS error (:func:`relative_error`) of :func:`fake_quant` at each of ``bits``,
+    per tensor (one scale) and per channel (a scale per row, ``axis=0``)."""
+    bits = [V.integer("bits", b, low=2, high=16) for b in bits]
+    return {name: [relative_error(w, fake_quant(w, b, symmetric, ax)) for b in bits]
+            for name, ax in (("per tensor", None), ("per channel", 0))}
+
+
 class QuantLinear:
     """y = x Wᵀ + b with int8 weights (symmetric, per output channel) and activations
     quantized per tensor at run time (asymmetric uint8): "dynamic quantization".
@@ -219,6 +238,14 @@ def underflow_fraction(values, fmt: str = "fp16", scale: float = 1.0) -> float:
     return float(np.mean(round_to(v[nz] * scale, fmt) == 0))
 
 
+def overflow_fraction(values, fmt: str = "fp16", scale: float = 1.0) -> float:
+    """Share of ``values`` whose |scale · value| exceeds ``fmt``'s largest finite number
+    (they become ±inf: the step that holds them is skipped)."""
+    v = V.array("values", values)
+    scale = V.positive("scale", scale)
+    return float(np.mean(np.abs(v) * scale > FORMATS[V.one_of("fmt", fmt, tuple(FORMATS))].max))
+
+
 def update_loss_scale(scale: float, found_inf: bool, good_steps: int, *,
                       growth_factor: float = 2.0, backoff_factor: float = 0.5,
                       growth_interval: int = 2000) -> tuple[float, int, bool]:
@@ -260,6 +287,13 @@ def conv_cost(kernel: int, in_ch: int, out_ch: int, feature: int) -> ConvCost:
     f = V.integer("feature", feature, low=1)
     return ConvCost(k * k * m * n, k * k * m * n * f * f, k * k * m + m * n,
                     k * k * m * f * f + m * n * f * f)
+
+
+def separable_ratio(kernel: int, out_ch: int) -> float:
+    """Multiply-adds of a depthwise-separable convolution over a standard one's in closed
+    form, 1/N + 1/D_K² (Howard et al., "MobileNets", 2017, §3.1): the same as
+    :func:`conv_cost`'s ``ratio`` for any M and D_F."""
+    return 1.0 / V.integer("out_ch", out_ch, low=1) + 1.0 / V.integer("kernel", kernel, low=1) ** 2
 
 
 def _log_softmax(z):

@@ -208,6 +208,61 @@ def sparse_matmul_timing(n: int = 1024, batch: int = 256, sparsity: float = 0.9,
     return res
 
 
+@dataclass(frozen=True)
+class FusionTiming:
+    """Chapter 08's fusion experiment: median seconds of the numpy epilogue chain and of the
+    fused kernel on ``n`` float32 elements, and the arrays each reads and writes
+    (:data:`labkit.kernels.cpu.EPILOGUE_ARRAY_TRAFFIC`)."""
+    n: int
+    numpy_s: float
+    fused_s: float
+    traffic: dict
+
+    def bandwidth(self, which: str) -> float:
+        """Bytes/s of array traffic: arrays × 4 bytes × n / seconds."""
+        V.one_of("which", which, ("numpy", "fused"))
+        return self.traffic[which] * 4 * self.n / getattr(self, f"{which}_s")
+
+    @property
+    def speedup(self) -> float:
+        return self.numpy_s / self.fused_s
+
+
+def fusion_timing(n: int = 1 << 22, repeats: int = 5, seed: int = 0) -> FusionTiming:
+    """:func:`labkit.kernels.cpu.compare_epilogue` (numpy chain against the fused kernel,
+    checked to agree; the check also compiles it) on seeded standard-normal float32 inputs:
+    x from ``seed``, the residual from ``seed + 1``."""
+    from labkit.kernels.cpu import EPILOGUE_ARRAY_TRAFFIC, compare_epilogue
+
+    n = V.integer("n", n, low=1)
+    repeats = V.integer("repeats", repeats, low=1)
+    seed = V.integer("seed", seed, low=0)
+    x = np.random.default_rng(seed).standard_normal(n).astype(np.float32)
+    res = np.random.default_rng(seed + 1).standard_normal(n).astype(np.float32)
+    c = compare_epilogue(x, res, repeats=repeats)
+    if not c.agrees:
+        raise AssertionError("epilogue_fused and epilogue_numpy disagree")
+    return FusionTiming(n, c.baseline.median, c.ours.median, dict(EPILOGUE_ARRAY_TRAFFIC))
+
+
+def parameter_count(model) -> int:
+    """Number of parameters (weights and biases) of a torch model."""
+    return int(sum(p.numel() for p in model.parameters()))
+
+
+def torch_separable_params(kernel: int, in_ch: int, out_ch: int) -> int:
+    """Weights of torch's depthwise (``groups=in_ch``) + pointwise (1×1) convolutions, no
+    bias: the count :func:`labkit.compress.model.conv_cost` states, from torch itself."""
+    import torch
+
+    k = V.integer("kernel", kernel, low=1)
+    m = V.integer("in_ch", in_ch, low=1)
+    n = V.integer("out_ch", out_ch, low=1)
+    dw = torch.nn.Conv2d(m, m, k, padding=k // 2, groups=m, bias=False)
+    pw = torch.nn.Conv2d(m, n, 1, bias=False)
+    return parameter_count(dw) + parameter_count(pw)
+
+
 def autocast_dtypes() -> dict[str, str]:
     """The dtype each op returns inside ``torch.autocast("cpu", dtype=torch.bfloat16)`` on
     fp32 inputs."""

@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from labkit import validate as V
-from labkit.compress.model import FORMATS, fake_quant, underflow_fraction
+from labkit.compress.model import (FORMATS, fake_quant, overflow_fraction, relative_error,
+                                   underflow_fraction)
 from labkit.controls import checkbox, fixed, int_slider, interactive
 from labkit.show import show
 
@@ -27,7 +28,7 @@ def show_quant(bits: int, symmetric: bool, per_channel: bool, w=None):
 
     w = demo_weights() if w is None else V.array("w", w, ndim=2)
     wq = fake_quant(w, bits, symmetric, 0 if per_channel else None)
-    rel = np.linalg.norm(wq - w, axis=1) / np.linalg.norm(w, axis=1)
+    rel = relative_error(w, wq, axis=1)
     print(f"{bits}-bit {'symmetric' if symmetric else 'asymmetric'} "
           f"{'per channel' if per_channel else 'per tensor'}: relative error per row "
           f"median {np.median(rel):.3f}, worst {rel.max():.3f}; distinct values {np.unique(wq).size}")
@@ -49,7 +50,7 @@ def show_scaling(log2_scale: int, grads=None):
     g = demo_gradients() if grads is None else V.array("grads", grads)
     s = 2.0 ** log2_scale
     lost = underflow_fraction(g, "fp16", s)
-    over = float(np.mean(np.abs(g) * s > FORMATS["fp16"].max))
+    over = overflow_fraction(g, "fp16", s)
     print(f"loss scale 2^{log2_scale}: {lost:.1%} of the gradients underflow to 0 in fp16, "
           f"{over:.1%} overflow to inf")
     f16 = FORMATS["fp16"]

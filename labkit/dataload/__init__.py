@@ -8,6 +8,8 @@
 * :mod:`labkit.dataload.measure` — a real training loop behind a real DataLoader (torch).
 * :mod:`labkit.dataload.formats` — one file per sample vs packed shards vs ``np.memmap``;
   :mod:`labkit.dataload.cifar` — the CIFAR-10/100 binary format.
+* :mod:`labkit.dataload.compare` — measured runs against the bound and the simulator, and
+  the diagnosis of a data-loading bottleneck (chapter 07's tables).
 
 torch is imported only by :mod:`measure`, matplotlib only by :mod:`plots`.
 """

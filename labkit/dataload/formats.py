@@ -102,7 +102,7 @@ def measure_formats(images: np.ndarray, directory, *, reads: int = 2000, seed: i
                     repeats: int = 3) -> list[FormatTiming]:
     """Write ``images`` in each format under ``directory``, then time ``reads`` random-order
     reads of one sample each (as bytes)."""
-    from labkit.perf import time_call
+    from labkit.perf.timing import benchmark
 
     images = V.array("images", images, dtype=np.uint8)
     reads = V.integer("reads", reads, low=1)
@@ -120,5 +120,5 @@ def measure_formats(images: np.ndarray, directory, *, reads: int = 2000, seed: i
         else Path(p).stat().st_size  # noqa: E731
     files = {"per_file": len(records), "shards": len(os.listdir(sh)), "memmap": 1}
     disk = {"per_file": size(pf), "shards": size(sh), "memmap": size(mm_path)}
-    return [FormatTiming(k, time_call(f, repeats=repeats).median / reads, files[k], disk[k])
+    return [FormatTiming(k, benchmark(f, repeats=repeats).median / reads, files[k], disk[k])
             for k, f in fns.items()]

@@ -105,6 +105,15 @@ def measure_loader(dataset: EncodedImages, *, batch_size: int = 32, num_workers:
                      np.array(waits), np.array(computes), tuple(firsts), cpu, wall)
 
 
+def sweep_loader(dataset: EncodedImages, workers=(0, 1, 2, 3), *, known=None,
+                 **kw) -> dict[int, LoaderRun]:
+    """:func:`measure_loader` once per worker count (same other settings ``kw``);
+    ``known`` maps worker counts already measured to their runs, which are reused."""
+    known = dict(known or {})
+    return {int(w): known[w] if w in known else measure_loader(dataset, num_workers=int(w), **kw)
+            for w in workers}
+
+
 def _loop(dataset, loader, step, epochs, steps, waits, computes, firsts, torch, threads):
     try:
         for epoch in range(epochs):
@@ -138,6 +147,16 @@ class StageCosts:
     augment_s: float     # per sample
     compute_s: float     # per batch
 
+    @property
+    def decode_share(self) -> float:
+        """decode / (decode + augment): the share of a sample's CPU work a cache of decoded
+        pixels removes."""
+        return self.decode_s / (self.decode_s + self.augment_s)
+
+    def batch_load_s(self, batch_size: int) -> float:
+        """CPU seconds to load a batch: batch_size × (decode + augment)."""
+        return V.integer("batch_size", batch_size, low=1) * (self.decode_s + self.augment_s)
+
 
 def measure_stage_costs(dataset: EncodedImages, batch_size: int = 32, hidden: int = 256,
                         repeats: int = 5) -> StageCosts:
@@ -146,13 +165,13 @@ def measure_stage_costs(dataset: EncodedImages, batch_size: int = 32, hidden: in
     import torch
 
     from labkit.dataload.model import augment, decode
-    from labkit.perf import time_call
+    from labkit.perf.timing import benchmark
 
     n = min(len(dataset.blobs), 64)
     rng = np.random.default_rng(0)
     imgs = [decode(b) for b in dataset.blobs[:n]]
-    t_dec = time_call(lambda: [decode(b) for b in dataset.blobs[:n]], repeats=repeats).median / n
-    t_aug = time_call(lambda: [augment(im, rng, blur=dataset.blur) for im in imgs],
+    t_dec = benchmark(lambda: [decode(b) for b in dataset.blobs[:n]], repeats=repeats).median / n
+    t_aug = benchmark(lambda: [augment(im, rng, blur=dataset.blur) for im in imgs],
                       repeats=repeats).median / n
     x, y = dataset.load_batch(range(batch_size))
     x, y = torch.from_numpy(x), torch.from_numpy(y)
@@ -160,7 +179,7 @@ def measure_stage_costs(dataset: EncodedImages, batch_size: int = 32, hidden: in
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        t_step = time_call(lambda: step(x, y), repeats=repeats, warmup=2).median
+        t_step = benchmark(lambda: step(x, y), repeats=repeats, warmup=2).median
     finally:
         torch.set_num_threads(threads)
     return StageCosts(t_dec, t_aug, t_step)
@@ -201,7 +220,7 @@ def calibrated_config(run0: LoaderRun, costs: StageCosts, *, cores: int | None =
         background = background_processes(min(run0.cpu_share, 1.0), cores)
         if background:
             s = min(run0.cpu_share, 1.0)
-    share = costs.decode_s / (costs.decode_s + costs.augment_s)
+    share = costs.decode_share
     extra = dict(background=background, quantum_s=quantum_s) if background else {}
     return PipelineConfig(batch_size=B, cores=cores, decode_s=load * s * share / B,
                           augment_s=load * s * (1 - share) / B, compute_s=step * s,

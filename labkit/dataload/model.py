@@ -126,13 +126,28 @@ def steady_throughput(load_s: float, compute_s: float, workers: int, cores: int)
     """Batches per second of a loader with ``workers`` worker processes on ``cores`` cores
     when loading a batch costs ``load_s`` CPU-seconds and a training step ``compute_s``
     CPU-seconds: ``1/(L + C)`` without workers, else ``1 / max(C, L/W, (L + C)/cores)``."""
+    bounds = pipeline_bounds(load_s, compute_s, workers, cores)
+    if workers == 0:
+        return 1.0 / (load_s + compute_s)
+    return 1.0 / max(bounds.values())
+
+
+def pipeline_bounds(load_s: float, compute_s: float, workers: int, cores: int) -> dict[str, float]:
+    """Seconds per batch each resource needs, the bottleneck law's three terms:
+    ``{"training step": C, "loading (per worker)": L / max(W, 1), "cores": (L + C) / c}``.
+    With W ≥ 1, :func:`steady_throughput` is 1 / the largest of them."""
     L = V.positive("load_s", load_s)
     C = V.positive("compute_s", compute_s)
     W = V.integer("workers", workers, low=0)
     c = V.integer("cores", cores, low=1)
-    if W == 0:
-        return 1.0 / (L + C)
-    return 1.0 / max(C, L / W, (L + C) / c)
+    return {"training step": C, "loading (per worker)": L / max(W, 1), "cores": (L + C) / c}
+
+
+def bottleneck(load_s: float, compute_s: float, workers: int, cores: int) -> str:
+    """The binding resource: the key of :func:`pipeline_bounds` with the most seconds per
+    batch (the first in that order on a tie)."""
+    bounds = pipeline_bounds(load_s, compute_s, workers, cores)
+    return max(bounds, key=bounds.get)
 
 
 def workers_needed(load_s: float, compute_s: float) -> int:

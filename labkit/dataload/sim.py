@@ -303,3 +303,12 @@ def simulate(config: PipelineConfig | None = None, **changes) -> SimResult:
 def sweep_workers(config: PipelineConfig, workers=(0, 1, 2, 3, 4)) -> list[SimResult]:
     """One simulation per worker count."""
     return [simulate(config, num_workers=int(w)) for w in workers]
+
+
+def workers_to_plateau(config: PipelineConfig, max_workers: int, fraction: float = 0.97) -> int:
+    """Fewest workers (0 … ``max_workers``) whose simulated samples/s reaches ``fraction``
+    of the best rate over that range: where the throughput curve flattens."""
+    max_workers = V.integer("max_workers", max_workers, low=0, high=1024)
+    fraction = V.fraction("fraction", fraction)
+    rates = np.array([r.samples_per_s for r in sweep_workers(config, range(max_workers + 1))])
+    return int(np.argmax(rates >= fraction * rates.max()))

@@ -13,7 +13,9 @@ numba is imported on first use; the first call compiles (seconds).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -97,3 +99,62 @@ def epilogue_numpy(x: np.ndarray, residual: np.ndarray, scale: float = 1.5,
     y = np.maximum(y, np.float32(0.0))
     y = y * np.float32(gain)
     return y + residual
+
+
+# ---- measured against the baseline (chapter 05's last cell, ``make bench``) --------------
+
+@dataclass(frozen=True)
+class Comparison:
+    """One CPU kernel timed against its numpy baseline on the same inputs
+    (:func:`labkit.perf.benchmark` timings: ``.median``, ``.best``), and whether their
+    results agreed. ``flops``: the work of one call (0 where FLOP/s mean nothing)."""
+    name: str
+    ours: Any                  # labkit.perf.Timing
+    baseline: Any              # labkit.perf.Timing
+    baseline_name: str
+    agrees: bool
+    flops: float = 0.0
+
+    @property
+    def ratio(self) -> float:
+        """Baseline median time / ours: above 1, ours is faster."""
+        return self.baseline.median / self.ours.median
+
+    @property
+    def gflops(self) -> float:
+        return self.flops / self.ours.median / 1e9
+
+    @property
+    def baseline_gflops(self) -> float:
+        return self.flops / self.baseline.median / 1e9
+
+
+def compare_matmul(a: np.ndarray, b: np.ndarray, repeats: int = 5,
+                   warmup: int = 1) -> Comparison:
+    """:func:`matmul_blocked` vs numpy's ``a @ b`` (BLAS): 2 m n k FLOPs a call; agreement
+    to 1e-3 absolute."""
+    from labkit.perf import benchmark
+
+    ours = matmul_blocked(a, b)
+    agrees = bool(np.allclose(ours, np.asarray(a) @ np.asarray(b), atol=1e-3))
+    return Comparison("blocked matmul (numba parallel)",
+                      benchmark(lambda: matmul_blocked(a, b), repeats=repeats, warmup=warmup),
+                      benchmark(lambda: a @ b, repeats=repeats, warmup=warmup),
+                      "numpy matmul (BLAS)", agrees,
+                      2.0 * a.shape[0] * a.shape[1] * b.shape[1])
+
+
+def compare_epilogue(x: np.ndarray, residual: np.ndarray, repeats: int = 5,
+                     warmup: int = 1) -> Comparison:
+    """:func:`epilogue_fused` vs :func:`epilogue_numpy` (five passes with temporaries);
+    agreement to 1e-6 absolute."""
+    from labkit.perf import benchmark
+
+    agrees = bool(np.allclose(epilogue_fused(x, residual), epilogue_numpy(x, residual),
+                              atol=1e-6))
+    return Comparison("bias+ReLU+scale+residual (numba parallel, fused)",
+                      benchmark(lambda: epilogue_fused(x, residual), repeats=repeats,
+                                warmup=warmup),
+                      benchmark(lambda: epilogue_numpy(x, residual), repeats=repeats,
+                                warmup=warmup),
+                      "numpy unfused", agrees)

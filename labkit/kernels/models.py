@@ -33,8 +33,13 @@ class MatmulTraffic:
     shared_writes: int
 
     @property
+    def global_reads(self) -> int:
+        """Reads of a and b from global memory."""
+        return self.a_reads + self.b_reads
+
+    @property
     def global_accesses(self) -> int:
-        return self.a_reads + self.b_reads + self.c_writes
+        return self.global_reads + self.c_writes
 
 
 def matmul_traffic(m: int, n: int, k: int, variant: str, tile: int = 8,
@@ -329,6 +334,25 @@ def predict_matmul(n: int, variant: str, gpu: str = "H100",
         "DRAM": dram_bytes(n, n, n, variant, gpu, shape) / g.hbm_bandwidth,
     }
     return LadderPrediction(variant, gpu, flops, times)
+
+
+LADDER_GPUS = ("A100", "H100", "H200")
+"""The GPUs whose ladder predictions are shown beside a measurement (``gpu_check.py``'s
+"model" column, chapter 05's ladder plot); on another GPU, or without one, the chapter
+shows an H100's."""
+
+
+def predict_ladder(n: int, gpu: str | None = None) -> list[LadderPrediction]:
+    """:func:`predict_matmul` of every rung of :data:`LADDER` at n^3 on ``gpu`` when it is
+    one of :data:`LADDER_GPUS`, else on an H100 (the prediction's ``gpu`` says which)."""
+    gpu = gpu if gpu in LADDER_GPUS else "H100"
+    return [predict_matmul(n, v, gpu) for v in LADDER]
+
+
+def predicted_speedup(n: int, faster: str, slower: str, gpu: str = "H100") -> float:
+    """Model speed-up of rung ``faster`` over rung ``slower`` at n^3 on ``gpu``: the ratio
+    of their :func:`predict_matmul` times (= of their TFLOP/s)."""
+    return predict_matmul(n, slower, gpu).seconds / predict_matmul(n, faster, gpu).seconds
 
 
 def predict_reduction(n: int, gpu: str = "H100") -> float:

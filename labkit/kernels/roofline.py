@@ -19,13 +19,14 @@ separates memory-bound (I below it) from compute-bound kernels.
 The GPUs are :mod:`labkit.hardware`'s data sheets (dense rates, no sparsity): ``PRESETS``
 (A100, H100, H200 as :class:`Hardware`) and ``datasheet(key, precision)`` (a
 :class:`Roofline`). This computer is measured by :mod:`labkit.perf.machine` (float32 matmul
-FLOP/s and the STREAM triad bandwidth, McCalpin's "STREAM" benchmark).
+FLOP/s and the STREAM triad bandwidth, McCalpin's "STREAM" benchmark), which returns a
+:class:`Roofline`; ``hardware("this machine")`` is the same measurement as
+:class:`Hardware`. The ridge is computed once, by :attr:`Roofline.ridge`:
+:meth:`Hardware.ridge` and :meth:`labkit.hardware.GPU.ridge` delegate to it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
-
 import numpy as np
 
 from labkit import hardware as _hw
@@ -95,7 +96,8 @@ class Hardware:
                         self.source, self.measured)
 
     def ridge(self, precision: str = "fp32") -> float:
-        """Intensity (FLOP/byte) where the memory roof meets the compute roof."""
+        """Intensity (FLOP/byte) where the memory roof meets the compute roof
+        (:attr:`Roofline.ridge`)."""
         return self.roofline(precision).ridge
 
 
@@ -125,21 +127,25 @@ def bound(hw: Hardware, intensity: float, precision: str = "fp32") -> str:
     return hw.roofline(precision).bound(intensity)
 
 
-@lru_cache(maxsize=1)
-def measure_machine() -> Hardware:
-    """This computer as :class:`Hardware`, from :func:`labkit.perf.machine.measure_machine`
-    (float32 matmul FLOP/s and STREAM triad bandwidth: one measurement for the course)."""
-    from labkit.perf.machine import measure_machine as measure
-
-    roof = measure()
-    return Hardware("this machine (measured)", {"fp32": roof.peak}, roof.bandwidth,
-                    roof.source, measured=True)
+def ratios(fast: Hardware, slow: Hardware, precision: str = "fp32") -> dict:
+    """How many times ``fast``'s roofs are ``slow``'s at ``precision``: ``{"peak":
+    peak_fast / peak_slow, "bandwidth": bandwidth_fast / bandwidth_slow, "ridge": ...}``
+    (one precision for both: a machine without it is refused, not substituted)."""
+    a, b = fast.roofline(precision), slow.roofline(precision)
+    return {"peak": a.peak / b.peak, "bandwidth": a.bandwidth / b.bandwidth,
+            "ridge": a.ridge / b.ridge}
 
 
 def hardware(name: str) -> Hardware:
-    """A preset by name (A100, H100, H200) or "this machine"."""
+    """A preset by name (A100, H100, H200) or "this machine": its FP32 rate and bandwidth
+    as :func:`labkit.perf.machine.measure_machine` measures them (float32 matmul FLOP/s and
+    STREAM triad bandwidth, one measurement for the course), as :class:`Hardware`."""
     if name == "this machine":
-        return measure_machine()
+        from labkit.perf.machine import measure_machine
+
+        roof = measure_machine()
+        return Hardware("this machine (measured)", {"fp32": roof.peak}, roof.bandwidth,
+                        roof.source, measured=True)
     if name not in PRESETS:
         raise ValueError(f"hardware must be one of {sorted(PRESETS) + ['this machine']}, "
                          f"got {name!r}")

@@ -61,6 +61,18 @@ class ErrorVsK:
     errors: dict      # config label -> relative error (Frobenius) for each K
     distribution: str
 
+    @property
+    def growth(self) -> dict:
+        """config label -> error at the largest K / error at the smallest K."""
+        return {label: float(e[-1] / e[0]) for label, e in self.errors.items()}
+
+    @property
+    def fastest_growing(self) -> str:
+        """The accumulator (``"fp16"`` or ``"fp32"``, :data:`CONFIGS`) of the config whose
+        error grows most with K."""
+        growth = self.growth
+        return CONFIGS[max(growth, key=growth.get)][1]
+
 
 def error_vs_k(ks=(16, 64, 256, 1024, 4096), size: int = 16, distribution: str = "uniform",
                seed: int = 0) -> ErrorVsK:

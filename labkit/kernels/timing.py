@@ -83,6 +83,35 @@ def time_matmul(variant: str, da, db, dc, want: np.ndarray, repeats: int,
     return MatmulRun(variant, secs, 2.0 * n ** 3 / secs / 1e12, ok, kernel)
 
 
+def torch_matmul_seconds(a: np.ndarray, repeats: int) -> float:
+    """Seconds per ``torch.matmul(a, a)`` (cuBLAS) on the GPU in FP32 with TF32 off (the
+    FP32 baseline of the ladder), timed with CUDA events after one warm-up call. Raises
+    RuntimeError when the installed torch has no CUDA."""
+    import torch
+
+    repeats = integer("repeats", repeats, low=1)
+    if not torch.cuda.is_available():
+        raise RuntimeError("this torch build has no CUDA")
+    matmul = torch.backends.cuda.matmul
+    name = "fp32_precision" if hasattr(matmul, "fp32_precision") else "allow_tf32"  # 2.9+
+    before = getattr(matmul, name)
+    setattr(matmul, name, "ieee" if name == "fp32_precision" else False)
+    try:
+        ta = torch.from_numpy(a).cuda()
+        torch.matmul(ta, ta)
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(repeats):
+            torch.matmul(ta, ta)
+        end.record()
+        torch.cuda.synchronize()
+    finally:
+        setattr(matmul, name, before)           # the caller's TF32 setting, as it was
+    return start.elapsed_time(end) / 1e3 / repeats
+
+
 def measure_ladder(n: int = 2048, repeats: int = 3, seed: int = 0) -> dict:
     """FP32 TFLOP/s of each rung of the matmul ladder (models.LADDER_SHAPES) at n^3,
     timed with CUDA events on device-resident data; checked against numpy."""
@@ -110,13 +139,37 @@ def device_name() -> str:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
+OTHER_FORM_FACTORS = ("PCIE", "NVL")
+"""Words of a device name that mark another board than labkit.hardware's SXM data sheets:
+a PCIe or NVL card of the same chip has a lower clock, power and often HBM bandwidth
+(NVIDIA H100 data sheet: SXM 67 TFLOP/s FP32 and 3.35 TB/s, PCIe 51 and 2 TB/s)."""
+
+
 def hardware_key(name: str, default: str | None = None) -> str | None:
-    """The :mod:`labkit.hardware` key (V100, A100, H100, H200) that a device ``name`` such
-    as "NVIDIA H100 80GB HBM3" contains, or ``default`` for another model."""
+    """The :mod:`labkit.hardware` key (V100, A100, H100, H200) whose data sheet describes a
+    device ``name`` such as "NVIDIA H100 80GB HBM3", or ``default`` when none does.
+
+    The key must stand as a word ("GH200", a Grace Hopper superchip, is not an "H200"); a
+    name with a word of :data:`OTHER_FORM_FACTORS` ("NVIDIA H100 PCIe", "NVIDIA H100 NVL")
+    or a memory size other than the sheet's ("NVIDIA A100-SXM4-40GB": 1.56 TB/s, not the
+    80 GB card's 2.04) is another board, for which the SXM sheet's numbers are wrong."""
+    import re
+
     from labkit.hardware import GPUS
 
     upper = name.upper()
-    return next((key for key in GPUS if key in upper), default)
+    words = set(re.findall(r"[A-Z0-9]+", upper))
+    if words & set(OTHER_FORM_FACTORS):
+        return default
+    for key, gpu in GPUS.items():
+        if key not in words:
+            continue
+        sheet = re.search(r"(\d+)\s*GB", gpu.name.upper())
+        size = re.search(r"(\d+)\s*GB", upper)
+        if size and sheet and size[1] != sheet[1]:
+            return default
+        return key
+    return default
 
 
 def gpu_key(default: str | None = None) -> str | None:

@@ -95,6 +95,11 @@ class Trace:
         return int(np.prod(self.griddim))
 
     @property
+    def n_threads(self) -> int:
+        """Threads launched: blocks x threads per block."""
+        return self.n_blocks * self.threads_per_block
+
+    @property
     def n_accesses(self) -> int:
         return int(self.columns["block"].size)
 

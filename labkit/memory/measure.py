@@ -13,8 +13,9 @@
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ClassVar
 
 import numpy as np
 
@@ -134,24 +135,52 @@ def transformer_block_saved(seq: int, batch: int, hidden: int, heads: int,
     return saved_tensor_bytes(lambda: block(x).sum(), exclude=list(block.parameters()))
 
 
+@dataclass(frozen=True)
+class ExtraTerms(Mapping):
+    """Bytes torch on CPU saves for :class:`TransformerBlock` beyond Korthikanti's count
+    (:func:`transformer_extra_terms`): ``masks`` (dropout masks stored in the activation
+    dtype) and ``layernorm`` (both LayerNorms' mean and 1/std), ``total`` their sum. As a
+    mapping it reads ``{label: bytes}`` with the labels of :attr:`LABELS` (what a table
+    prints); :meth:`as_dict` gives that dict."""
+    masks: int
+    layernorm: int
+    LABELS: ClassVar[dict[str, str]] = {
+        "masks": "dropout masks in the activation dtype: (as²b + 2sbh)·(itemsize-1)",
+        "layernorm": "LayerNorm mean and rstd: 4sb·itemsize",
+    }
+
+    @property
+    def total(self) -> int:
+        return self.masks + self.layernorm
+
+    def as_dict(self) -> dict[str, int]:
+        return {label: getattr(self, name) for name, label in self.LABELS.items()}
+
+    def __getitem__(self, label: str) -> int:
+        return self.as_dict()[label]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.LABELS.values())
+
+    def __len__(self) -> int:
+        return len(self.LABELS)
+
+
 def transformer_extra_terms(seq: int, batch: int, hidden: int, heads: int,
-                            itemsize: int = 2) -> dict[str, int]:
+                            itemsize: int = 2) -> ExtraTerms:
     """What torch on CPU saves beyond Korthikanti's count for :class:`TransformerBlock`
     with 16-bit activations (``itemsize`` = 2):
 
-    * dropout on CPU multiplies by a noise tensor of the activation dtype and saves it, so
-      each mask takes 2 bytes per element where the paper (GPU, fused dropout) counts 1:
-      +as²b for the attention-probability mask, +sbh for each of the two output masks;
-    * each LayerNorm saves its mean and 1/std, one value per token each:
+    * ``masks``: dropout on CPU multiplies by a noise tensor of the activation dtype and
+      saves it, so each mask takes 2 bytes per element where the paper (GPU, fused dropout)
+      counts 1: +as²b for the attention-probability mask, +sbh for each of the two output
+      masks, (as²b + 2sbh)·(itemsize − 1);
+    * ``layernorm``: each LayerNorm saves its mean and 1/std, one value per token each:
       2 LayerNorms × 2 × sb × itemsize (the paper leaves them out as negligible).
     """
     s, b, h, a = int(seq), int(batch), int(hidden), int(heads)
-    mask_extra = itemsize - 1
-    return {
-        "dropout masks in the activation dtype: (as²b + 2sbh)·(itemsize-1)":
-            mask_extra * (a * s * s * b + 2 * s * b * h),
-        "LayerNorm mean and rstd: 4sb·itemsize": 4 * s * b * itemsize,
-    }
+    return ExtraTerms(masks=(itemsize - 1) * (a * s * s * b + 2 * s * b * h),
+                      layernorm=4 * s * b * itemsize)
 
 
 # ---- peak memory of a call --------------------------------------------------------------

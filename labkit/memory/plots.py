@@ -73,6 +73,19 @@ def plot_segment_map(segments, title: str = "Segment map", ax=None):
     return fig
 
 
+def plot_walkthrough(steps):
+    """One segment map per step of :func:`labkit.memory.scenarios.request_walkthrough`,
+    stacked top to bottom, each titled with its action."""
+    import matplotlib.pyplot as plt
+
+    if not steps:
+        raise ValueError("steps must hold at least one step of request_walkthrough()")
+    fig, axes = plt.subplots(len(steps), 1, figsize=(9, 1.3 * len(steps)), squeeze=False)
+    for ax, s in zip(axes[:, 0], steps):
+        plot_segment_map(s.segments, s.action, ax=ax)
+    return fig
+
+
 def plot_model_state(breakdown: dict, title: str = "Memory per GPU"):
     """Stacked bar of a {name: bytes} budget in GiB."""
     import matplotlib.pyplot as plt

@@ -120,6 +120,12 @@ class StepSpec:
         object.__setattr__(self, "steps", integer("steps", self.steps, low=1))
         object.__setattr__(self, "seed", integer("seed", self.seed, low=0))
 
+    @property
+    def num_params(self) -> int:
+        """Parameters of the MLP: Σ (w_in·w_out + w_out) over its Linear layers (weights
+        and biases)."""
+        return sum(a * b + b for a, b in zip(self.widths[:-1], self.widths[1:]))
+
 
 def record_training_step(spec: StepSpec = StepSpec(), *, include_setup: bool = True) -> Trace:
     """Trace of building an MLP and Adam (``setup``) and ``spec.steps`` training steps,

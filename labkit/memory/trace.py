@@ -86,6 +86,20 @@ class Trace:
         return [("alloc" if k else "free", int(a), int(s))
                 for k, a, s in zip(self.kind, self.addr, self.size)]
 
+    def allocations_by_phase(self) -> dict[str, tuple[int, int]]:
+        """``{phase: (number of allocations, bytes allocated)}`` in the order the phases first
+        appear (frees are not counted; a phase with only frees shows (0, 0); events outside
+        any phase, ``""``, are left out)."""
+        out: dict[str, list[int]] = {}
+        for kind, size, phase in zip(self.kind, self.size, self.phases):
+            if not phase:
+                continue
+            entry = out.setdefault(phase, [0, 0])
+            if kind == ALLOC:
+                entry[0] += 1
+                entry[1] += int(size)
+        return {phase: (n, nbytes) for phase, (n, nbytes) in out.items()}
+
     def is_balanced(self) -> bool:
         """Every free matches an earlier alloc and every alloc is freed by the end."""
         live: set[int] = set()

@@ -31,6 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from labkit import validate as V
+from labkit.parallel.cost import CostTerms, collective_time, cost_terms
 
 ALLREDUCE_ALGORITHMS = ("naive", "ring", "tree", "recursive_halving_doubling")
 REDUCE_SCATTER_ALGORITHMS = ("ring", "pairwise", "recursive_halving")
@@ -443,3 +444,54 @@ def simulated_time(run: CollectiveRun, *, alpha: float, beta: float,
         red = max((m.nbytes for m in msgs if m.reduce), default=0)
         total += alpha + beta * big + gamma * red
     return total
+
+
+@dataclass(frozen=True)
+class AlgorithmSummary:
+    """One all-reduce algorithm run on some data, set beside its α-β-γ formula.
+
+    ``correct``: every rank ends with the element-wise sum (``np.allclose``);
+    ``max_bytes_into_rank``: the most bytes any one rank receives (the hot link of the naive
+    algorithm); ``terms``: :func:`labkit.parallel.cost.cost_terms` for the same op, size and
+    world; ``simulated_s`` / ``formula_s``: :func:`simulated_time` of the logged schedule and
+    :func:`labkit.parallel.cost.collective_time` under the same α, β, γ (T05 §2).
+    """
+    algorithm: str
+    world: int
+    nbytes: int
+    correct: bool
+    steps: int
+    messages: int
+    bytes_sent: int
+    max_bytes_into_rank: int
+    terms: CostTerms
+    simulated_s: float
+    formula_s: float
+
+
+def uniform_vectors(world: int, elements: int, multiple: int = 8) -> list[np.ndarray]:
+    """``world`` float32 vectors of ones, the length rounded down to a multiple of
+    ``multiple``·world (so every algorithm's chunks are equal and the formulas are exact)."""
+    p = V.integer("world", world, low=1)
+    k = V.integer("multiple", multiple, low=1) * p
+    n = V.integer("elements", elements, low=k) // k * k
+    return [np.ones(n, dtype=np.float32)] * p
+
+
+def compare_allreduce(data: Sequence[np.ndarray], *, alpha: float = 0.0, beta: float = 0.0,
+                      gamma: float = 0.0) -> list[AlgorithmSummary]:
+    """Run every algorithm of :data:`ALLREDUCE_ALGORITHMS` on ``data`` (one array per rank)
+    and set its counts and time beside the formulas of :mod:`labkit.parallel.cost`."""
+    out = []
+    for alg in ALLREDUCE_ALGORITHMS:
+        run = all_reduce(data, alg)          # validates data
+        expected = np.sum([np.asarray(d) for d in data], axis=0)
+        out.append(AlgorithmSummary(
+            alg, run.world, run.nbytes,
+            all(np.allclose(o, expected) for o in run.outputs),
+            run.steps, run.messages, run.bytes_sent, int(run.link_bytes().sum(0).max()),
+            cost_terms("all_reduce", alg, run.nbytes, run.world),
+            simulated_time(run, alpha=alpha, beta=beta, gamma=gamma),
+            collective_time("all_reduce", alg, run.nbytes, run.world,
+                            alpha=alpha, beta=beta, gamma=gamma)))
+    return out

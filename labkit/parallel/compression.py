@@ -145,7 +145,9 @@ class TopK(PerTensorCompressor):
 
 def int8_quantize(x: np.ndarray) -> tuple[np.ndarray, float]:
     """Symmetric 8-bit per tensor: scale = max|x| / 127, q = round(x / scale) in
-    [-127, 127] (:func:`labkit.compress.model.qparams` with ``symmetric=True``)."""
+    [-127, 127] (:func:`labkit.compress.model.qparams` with ``symmetric=True``). An all-zero
+    ``x`` gets scale 1; an empty ``x``, or one holding NaN or ±inf, raises ValueError (no
+    scale represents it: a gradient that overflowed must be skipped, not sent)."""
     qp = qparams(x, bits=8, symmetric=True)
     return quantize(x, qp).astype(np.int8), float(qp.scale)
 

@@ -240,14 +240,19 @@ class AlphaBetaFit:
 
 
 def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float], world: int,
-                   algorithm: str = "ring") -> AlphaBetaFit:
+                   algorithm: str = "ring", *, weighted: bool = True) -> AlphaBetaFit:
     """Least-squares α, β ≥ 0 so that collective_time(all_reduce, algorithm) fits ``seconds``.
 
     The model is linear in (α, β): t = a·α + b(n)·β with a, b from :func:`cost_terms`
     (γ folded into β). Residuals are weighted by 1/t, i.e. relative errors are minimised, so
     small messages (which set α) count as much as large ones (which set β). Non-negativity
     by ``scipy.optimize.nnls``.
+
+    ``weighted=False`` is the contrast of lab 9.3: ordinary least squares on absolute times
+    (for the ring at p = 2 the same line as ``np.polyfit(n, t, 1)``, α = A/2, β = B), not
+    clamped, so the largest message dominates and α can come out negative on noisy data.
     """
+    weighted = V.boolean("weighted", weighted)
     from scipy.optimize import nnls
     n = V.array("nbytes", nbytes, finite=True)
     t = V.array("seconds", seconds, finite=True)
@@ -264,6 +269,10 @@ def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float], world: int
     terms = [cost_terms("all_reduce", algorithm, float(x), world) for x in n]
     design = np.array([[c.latency_count, c.path_bytes] for c in terms], dtype=float)
     scale = np.array([1.0, 1e-9])          # keep the two columns of similar size
+    if not weighted:
+        coef = np.linalg.lstsq(design * scale, t, rcond=None)[0]
+        alpha, beta = coef * scale
+        return AlphaBetaFit(float(alpha), float(beta), int(world), algorithm, n, t)
     w = 1.0 / t
     coef, _ = nnls(design * scale * w[:, None], t * w)
     alpha, beta = coef * scale

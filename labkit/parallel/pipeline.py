@@ -220,3 +220,34 @@ def pipeline_schedule(kind: str, stages: int, microbatches: int, chunks: int = 1
             peak = max(peak, cur)
         stash.append(peak)
     return Schedule(kind, p, m, v, tf, tb, tuple(tasks), max(free), tuple(stash))
+
+
+@dataclass(frozen=True)
+class ScheduleComparison:
+    """GPipe, 1F1B and interleaved 1F1B simulated on the same (p, m, v), side by side.
+
+    ``bubble``: simulated bubble fraction per kind; ``stash``: stage 0's peak number of
+    micro-batches whose activations are stashed (in whole-stage units; an interleaved chunk
+    counts 1/v); ``formula``: Narayanan et al. SC'21 §2.2.2's interleaved bubble (p-1)/(v·m).
+    """
+    stages: int
+    microbatches: int
+    chunks: int
+    bubble: dict
+    stash: dict
+    formula: float
+
+    @property
+    def least_stash(self) -> str:
+        """The kind with the smallest stage-0 stash (first of equals, in KINDS order)."""
+        return min(self.stash, key=self.stash.get)
+
+
+def compare_schedules(stages: int, microbatches: int, chunks: int = 2) -> ScheduleComparison:
+    """Simulate the three KINDS (``chunks`` applies to 'interleaved' only, the others get 1)."""
+    runs = {k: pipeline_schedule(k, stages, microbatches, chunks if k == "interleaved" else 1)
+            for k in KINDS}
+    return ScheduleComparison(stages, microbatches, chunks,
+                              {k: r.bubble_fraction for k, r in runs.items()},
+                              {k: r.peak_activations[0] for k, r in runs.items()},
+                              bubble_formula("interleaved", stages, microbatches, chunks))

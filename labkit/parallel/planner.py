@@ -185,6 +185,10 @@ class PlanSet:
                 return p
         return None
 
+    def relative_time(self, plan: Plan) -> float:
+        """``plan``'s step time over the fastest plan's (1.0 for the best)."""
+        return plan.step_time / self.ranked[0].step_time
+
     def reasons(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for p in self.rejected:
@@ -306,3 +310,66 @@ def table1_models() -> list[tuple[GPTModel, Cluster, dict]]:
                     dict(params_b=b_params, tp=t, pp=p, gpus=n, tflops=tflops,
                          peak_percent=pct, aggregate_pflops=agg)))
     return out
+
+
+@dataclass(frozen=True)
+class Table1Check:
+    """One row of SC'21 Table 1 against this planner: the published (t, p) plan ``mine`` in
+    the paper's search space (full recomputation, no ZeRO) — its ``rank`` among the
+    ``pairs`` (t, p) pairs ordered by their best plan, its step time over the fastest plan's
+    (``time_vs_best``), and its estimated % of peak (``hfu``, recomputation counted, the
+    paper's measure) beside the published ``pub["peak_percent"]``."""
+    model: GPTModel
+    pub: dict
+    mine: Plan | None
+    rank: int
+    pairs: int
+    time_vs_best: float
+
+
+def table1_comparison() -> list[Table1Check]:
+    """:func:`plan` for every row of :data:`TABLE1` (source :data:`TABLE1_SOURCE`)."""
+    out = []
+    for model, cl, pub in table1_models():
+        ps = plan(model, cl, zero_stages=(0,), recompute=("full",))
+        mine = ps.best(tp=pub["tp"], pp=pub["pp"])
+        out.append(Table1Check(model, pub, mine, ps.rank_of(pub["tp"], pub["pp"]),
+                               len({(q.tp, q.pp) for q in ps.ranked}),
+                               ps.relative_time(mine) if mine else float("nan")))
+    return out
+
+
+@dataclass(frozen=True)
+class LayerCommCompute:
+    """One transformer layer, one micro-batch, on one of ``tp`` tensor-parallel GPUs:
+    bytes it sends (forward + backward, :func:`layer_comm_bytes`) and the time they take
+    inside a node (``intra_s``, NVLink) and between nodes (``inter_s``), against the time
+    of its arithmetic (``compute_s``: model FLOPs / layers / tp at ``efficiency`` × peak)."""
+    tp: int
+    nbytes: float
+    flops: float
+    intra_bw: float
+    inter_bw: float
+    efficiency: float
+    intra_s: float
+    inter_s: float
+    compute_s: float
+
+
+def layer_comm_vs_compute(model: GPTModel, tp: int, cl: Cluster, *,
+                          efficiency: float = DEFAULT_EFFICIENCY) -> LayerCommCompute:
+    """Why tensor parallelism stays inside a node (Narayanan et al. SC'21 §3.2, takeaway #1):
+    the 4 all-reduces of the s·b·h activation per layer (Shoeybi et al. 2019 §3) over
+    NVLink vs InfiniBand, beside the layer's arithmetic. ``model.batch`` is the
+    micro-batch."""
+    tp = V.integer("tp", tp, low=1)
+    efficiency = V.fraction("efficiency", efficiency)
+    if efficiency == 0:
+        raise ValueError("efficiency must be in (0, 1], got 0")
+    if not isinstance(cl, Cluster):
+        raise TypeError(f"cl must be a planner.Cluster, got {type(cl).__name__}")
+    nbytes = layer_comm_bytes(model.seq, model.batch, model.hidden, tp)
+    flops = model.flops("none") / model.layers / tp
+    return LayerCommCompute(tp, nbytes, flops, cl.intra_bw, cl.inter_bw, efficiency,
+                            nbytes / cl.intra_bw, nbytes / cl.inter_bw,
+                            flops / (cl.peak_flops * efficiency))

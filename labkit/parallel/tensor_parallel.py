@@ -248,3 +248,74 @@ def layer_comm_bytes(seq: int, batch: int, hidden: int, tp: int, bytes_per_eleme
     n = seq * batch * hidden * bytes_per_element
     ops = 4 if backward else 2
     return ops * ring_allreduce_bytes(n, tp)
+
+
+@dataclass(frozen=True)
+class ShardCheck:
+    """One sharded layer against its dense original: ``tp`` ranks, the largest absolute
+    difference (``max_error``, over the output and, for the MLP, dX, dW1 and dW2), what
+    rank 0 sent per collective (``comms``: (op, bytes)) and in all (``bytes_per_gpu``), and
+    the paper's count (``formula_bytes``: ring all-reduces of 2(t-1)/t of the activation)."""
+    layer: str
+    tp: int
+    max_error: float
+    comms: tuple
+    bytes_per_gpu: int
+    formula_bytes: float
+
+
+@dataclass(frozen=True)
+class MegatronDemo:
+    """Random small layers checked at several t (see :func:`megatron_demo`)."""
+    seq: int
+    hidden: int
+    ffn: int
+    activation_bytes: int          # one float64 s × h activation
+    mlp: tuple
+    attention: ShardCheck
+    sequence_parallel: tuple
+
+
+def _max_diff(a, b) -> float:
+    return float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+
+
+def megatron_demo(tps=(1, 2, 4, 8), sp_tps=(2, 4, 8), *, seq: int = 8, hidden: int = 16,
+                  ffn: int = 64, heads: int = 4, attention_tp: int = 4,
+                  seed: int = 0) -> MegatronDemo:
+    """Megatron's MLP (forward and backward) at each t in ``tps``, its attention at
+    ``attention_tp``, and the sequence-parallel LayerNorm + MLP at each t in ``sp_tps``, on
+    float64 layers drawn from ``seed``; each against the dense layer and the paper's byte
+    count (Shoeybi et al. 2019 §3: 2 all-reduces per MLP, forward + backward; Korthikanti et
+    al. 2022 §4.2.2: all-gather + reduce-scatter = one all-reduce's bytes)."""
+    seq, hidden, ffn, heads = (V.integer(k, v, low=1) for k, v in
+                               (("seq", seq), ("hidden", hidden), ("ffn", ffn), ("heads", heads)))
+    rng = np.random.default_rng(V.integer("seed", seed, low=0))
+    x = rng.normal(size=(seq, hidden))
+    w1, b1 = rng.normal(size=(hidden, ffn)) / 4, rng.normal(size=ffn)
+    w2, b2 = rng.normal(size=(ffn, hidden)) / 8, rng.normal(size=hidden)
+    dy = rng.normal(size=(seq, hidden))
+    act = seq * hidden * 8
+    ref = mlp_dense(x, w1, b1, w2, b2, dy)
+    mlp = []
+    for t in tps:
+        got = megatron_mlp(x, w1, b1, w2, b2, t, dy)
+        err = max(_max_diff(got.output, ref["y"]),
+                  *(_max_diff(got.extra[k], ref[k]) for k in ("dx", "dw1", "dw2")))
+        mlp.append(ShardCheck("mlp", t, err, tuple((c.op, c.bytes_per_rank[0]) for c in got.comms),
+                              got.bytes_per_rank(0), 2 * ring_allreduce_bytes(act, t)))
+    wq, wk, wv, wo = (rng.normal(size=(hidden, hidden)) / 4 for _ in range(4))
+    att = megatron_attention(x, wq, wk, wv, wo, heads=heads, tp=attention_tp)
+    attention = ShardCheck("attention", attention_tp,
+                           _max_diff(att.output, attention_dense(x, wq, wk, wv, wo, heads)),
+                           tuple((c.op, c.bytes_per_rank[0]) for c in att.comms),
+                           att.bytes_per_rank(0), ring_allreduce_bytes(act, attention_tp))
+    gamma, beta = rng.normal(size=hidden), rng.normal(size=hidden)
+    dense = ln_mlp_dense(x, gamma, beta, w1, b1, w2, b2)
+    sp = []
+    for t in sp_tps:
+        got = sequence_parallel_mlp(x, gamma, beta, w1, b1, w2, b2, t)
+        sp.append(ShardCheck("sequence_parallel_mlp", t, _max_diff(got.output, dense),
+                             tuple((c.op, c.bytes_per_rank[0]) for c in got.comms),
+                             got.bytes_per_rank(0), ring_allreduce_bytes(act, t)))
+    return MegatronDemo(seq, hidden, ffn, act, tuple(mlp), attention, tuple(sp))

@@ -1,7 +1,7 @@
 """Benchmarking, profiling and roofline tools shared by the chapters and ``make bench``.
 
-``benchmark`` is the project's one timing helper (``time_call`` is its old name)."""
-from labkit.perf.timing import Timing, benchmark, interleaved, threads, time_call  # noqa: F401
+``benchmark`` is the project's one timing helper."""
+from labkit.perf.timing import Timing, benchmark, interleaved, threads  # noqa: F401
 from labkit.perf.laws import (  # noqa: F401
     AmdahlCurve, amdahl_curve, amdahl_speedup, gustafson_speedup, plot_amdahl,
 )

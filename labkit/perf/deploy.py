@@ -71,6 +71,20 @@ def export_program(model, in_features: int = 64):
                                    dynamic_shapes=({0: torch.export.Dim("batch")},))
 
 
+def graph_ops(program) -> list[str]:
+    """The operators of an exported program's graph (its ``call_function`` nodes), in order."""
+    return [n.target.__name__ if hasattr(n.target, "__name__") else str(n.target)
+            for n in program.graph.nodes if n.op == "call_function"]
+
+
+def format_payload(layers, int8: int | None = None) -> str:
+    """fp32 and int8 payload bytes of ``layers`` and their ratio; ``int8`` (e.g. the
+    learner's count) defaults to :func:`int8_linear_bytes`."""
+    fp32 = fp32_linear_bytes(layers)
+    int8 = int8_linear_bytes(layers) if int8 is None else v.integer("int8", int8, low=1)
+    return f"payload: fp32 {fp32:,} B, int8 {int8:,} B (ratio {fp32 / int8:.2f})"
+
+
 @dataclass(frozen=True)
 class Variant:
     name: str
@@ -135,3 +149,10 @@ def fits(variants_: list[Variant], budget: Budget) -> list[tuple[Variant, bool, 
             reasons.append(f"{lat * 1e3:.2f} ms > {budget.max_latency_s * 1e3:.2f} ms")
         out.append((var, not reasons, "; ".join(reasons) or "fits"))
     return out
+
+
+def fitting(results) -> str:
+    """The names of the :func:`fits` results that fit: "none", one name, or the names joined
+    by "and"."""
+    names = [var.name for var, ok, _ in results if ok]
+    return " and ".join(names) if names else "none"

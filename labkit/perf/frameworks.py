@@ -259,6 +259,30 @@ def load_rows(path: Path = CACHE) -> list[FrameworkRow] | None:
             for r in json.loads(path.read_text())]
 
 
+def cached_compile_rows(path: Path = CACHE) -> list[FrameworkRow]:
+    """The torch.compile rows ``make bench`` saved (:func:`load_rows`), or [] when it has
+    not run here (compiling takes tens of seconds on a CPU: too slow for the notebook)."""
+    return [r for r in (load_rows(path) or []) if r.name == "torch.compile"]
+
+
+def compile_note(compiled: list[FrameworkRow], path: Path = CACHE) -> str:
+    """What the chapter says under the table about the torch.compile row."""
+    if compiled:
+        return ("torch.compile row: measured by `make bench` (benchmarks/bench_perf.py), "
+                f"loaded from {Path(path).name}")
+    return ("torch.compile: its first compile on this CPU takes tens of seconds, so it is "
+            "measured by `make bench` (benchmarks/bench_perf.py writes "
+            ".bench/perf_frameworks.json); run it and rerun this cell to see the row.")
+
+
+def fastest_trainer(rows: list[FrameworkRow]) -> str:
+    """The name of the row with the shortest training step (rows without one skipped)."""
+    trainers = [r for r in rows if r.train_s is not None]
+    if not trainers:
+        raise ValueError("rows must hold at least one row with a training time")
+    return min(trainers, key=lambda r: r.train_s).name
+
+
 def format_rows(rows: list[FrameworkRow], measured_here: str = "") -> str:
     """Markdown table: times in µs, speed relative to torch eager."""
     base = next((r for r in rows if r.name == "torch eager"), None)

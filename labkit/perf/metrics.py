@@ -252,3 +252,21 @@ def stability(name: str = "mlp", seeds=(0, 1, 2), epochs: int = 8, data=None):
     """Test accuracies of ``name`` trained from several seeds: (mean, std, accuracies)."""
     accs = [train(name, s, epochs, data=data).test_accuracy for s in seeds]
     return float(np.mean(accs)), float(np.std(accs, ddof=1)) if len(accs) > 1 else 0.0, accs
+
+
+def format_reproduction(published: dict, reproduced: dict | None, label: str,
+                        unit: str) -> str:
+    """A paper's numbers against ours, one line per key of ``published``: the paper's value,
+    ours (NaN while ``reproduced`` is None, e.g. an exercise not done yet) and the relative
+    difference |ours − paper| / paper (chapter 12: reproduce ZeRO's Figure 1)."""
+    if not isinstance(published, dict) or not published:
+        raise TypeError(f"published must be a non-empty dict of key -> value, got {published!r}")
+    if reproduced is not None and not isinstance(reproduced, dict):
+        raise TypeError(f"reproduced must be a dict or None, got {type(reproduced).__name__}")
+    lines = []
+    for key, paper in published.items():
+        paper = v.positive(f"published[{key!r}]", paper)
+        ours = float(reproduced[key]) if reproduced else float("nan")
+        lines.append(f"{label} {key}: paper {paper:6.1f} {unit} | labkit {ours:7.2f} {unit} | "
+                     f"difference {abs(ours - paper) / paper:.1%}")
+    return "\n".join(lines)

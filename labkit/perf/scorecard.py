@@ -31,7 +31,6 @@ class Scorecard:
     saved_activation_bytes: int       # for backward, one forward pass of ``activation_batch``
     forward_flops: float              # per sample
     train_samples_per_s: float
-    mfu: float                        # training MFU against ``peak``
     peak: float                       # FLOP/s
     energy: metrics.Energy | None     # of the training run; None when not measured
     batch: int
@@ -44,6 +43,12 @@ class Scorecard:
     @property
     def test_accuracy(self) -> float:
         return self.trained.test_accuracy
+
+    @property
+    def mfu(self) -> float:
+        """Training MFU against ``peak``: :func:`labkit.perf.metrics.mfu` of the forward
+        FLOPs per sample and the training throughput."""
+        return metrics.mfu(self.forward_flops, self.train_samples_per_s, self.peak)
 
 
 def train_with_energy(name: str = "mlp", epochs: int = 8, seed: int = 0, data=None):
@@ -81,8 +86,7 @@ def score_model(trained: metrics.Trained, data, peak: float,
     rate = len(data.y_train) * trained.epochs / trained.train_seconds
     return Scorecard(trained, thr, lat, metrics.parameter_bytes(m),
                      metrics.saved_activation_bytes(m, data.x_train[:activation_batch]),
-                     flops, rate, metrics.mfu(flops, rate, peak), peak, energy, batch,
-                     activation_batch)
+                     flops, rate, peak, energy, batch, activation_batch)
 
 
 def score_models(epochs: dict, peak: float, data=None, seed: int = 0,

@@ -16,6 +16,10 @@ import numpy as np
 
 from labkit import validate as v
 
+# the GPU a prediction uses without a GPU, and whose peak an unrecognised GPU is measured
+# against (labelled as such)
+DEFAULT_GPU = "H100"
+
 LAYERS = ("application", "framework", "compiler/graph", "runtime", "kernel libraries",
           "hardware")
 
@@ -314,6 +318,60 @@ def loads_in_flight(latency_s: float, bandwidth: float, bytes_per_load: int = 4)
                                                              low=1)
 
 
+@dataclass(frozen=True)
+class InFlight:
+    """Little's law on a data-sheet GPU: what must be in flight to stream its HBM bandwidth
+    when each load takes ``latency_s``, in total and per SM, against the threads an SM holds."""
+    gpu: str
+    latency_s: float
+    bytes: float                  # latency × bandwidth
+    loads: float                  # bytes / bytes_per_load
+    sm_count: int
+    max_threads_per_sm: int       # labkit.hardware.sm_limits (CUDA C++ Programming Guide)
+
+    @property
+    def bytes_per_sm(self) -> float:
+        return self.bytes / self.sm_count
+
+    @property
+    def loads_per_sm(self) -> float:
+        return self.loads / self.sm_count
+
+
+def in_flight(latency_s: float, gpu: str = DEFAULT_GPU, bytes_per_load: int = 4) -> InFlight:
+    """:func:`bytes_in_flight` and :func:`loads_in_flight` at ``gpu``'s HBM bandwidth
+    (:mod:`labkit.hardware`), with its SM count and resident-thread limit."""
+    from labkit.hardware import gpu as sheet, sm_limits
+
+    g = sheet(gpu)
+    return InFlight(g.key, v.positive("latency_s", latency_s),
+                    bytes_in_flight(latency_s, g.hbm_bandwidth),
+                    loads_in_flight(latency_s, g.hbm_bandwidth, bytes_per_load), g.sm_count,
+                    sm_limits(g.key).max_threads_per_sm)
+
+
+def format_in_flight(r: InFlight) -> str:
+    """Chapter 01's two lines: bytes and 4-byte loads in flight, in total and per SM."""
+    return (f"bytes in flight: {r.bytes / 1e6:.2f} MB = {r.bytes_per_sm / 1e3:.1f} kB per SM\n"
+            f"4-byte loads in flight: {r.loads:,.0f} = {r.loads_per_sm:,.0f} per SM "
+            f"(an SM holds at most {r.max_threads_per_sm:,} resident threads)")
+
+
+def format_rooflines(roofs) -> str:
+    """One line per :class:`labkit.kernels.roofline.Roofline`: peak (TFLOP/s), bandwidth
+    (GB/s) and ridge point (FLOP/byte) — chapter 01's comparison of this machine with the
+    data sheets."""
+    from labkit.kernels.roofline import Roofline
+
+    lines = []
+    for r in roofs:
+        if not isinstance(r, Roofline):
+            raise TypeError(f"roofs must hold Roofline objects, got {type(r).__name__}")
+        lines.append(f"{r.name:34s} peak {r.peak / 1e12:8.3f} TFLOP/s   bandwidth "
+                     f"{r.bandwidth / 1e9:7.0f} GB/s   ridge {r.ridge:5.1f} FLOP/byte")
+    return "\n".join(lines)
+
+
 # -------------------------------------------------------- seed examples 2 and 3
 def memory_report() -> str:
     """Seed example 2 on the devices there are: CUDA allocator counters on a GPU, the
@@ -368,6 +426,8 @@ def seed_example3(epochs: int = 3, seed: int = 0, n: int = 1000, batch_size: int
 MEASURED_LAUNCH_S = 6.2e-6
 PCIE5_X16 = 32e9 * 16 * 128 / 130 / 8   # B/s per direction: 32 GT/s × 16 lanes, 128b/130b
 # (PCI-SIG, PCI Express Base Specification 5.0, 2019); H100/H200 SXM hosts use PCIe Gen5.
+# the batches of the predicted throughput curve (chapter 01's widget): 1 … 1024
+CURVE_BATCHES = tuple(int(b) for b in np.unique(np.geomspace(1, 1024, 21).astype(int)))
 
 
 def small_cnn(seed: int = 0):
@@ -472,7 +532,7 @@ def run_cnn(batch: int = 32, steps: int = 4, device: str = "cpu", seed: int = 0,
                   peak, True, "measured")
 
 
-def predict_cnn(batch: int, gpu: str = "H100", precision: str = "fp32",
+def predict_cnn(batch: int, gpu: str = DEFAULT_GPU, precision: str = "fp32",
                 launch_s: float = 0.0) -> CnnRun:
     """A PREDICTION (not a measurement) of one CNN step on a data-sheet GPU: each operator
     takes its roofline time max(F/peak, Q/bandwidth) and the batch crosses PCIe 5.0 x16.
@@ -489,9 +549,13 @@ def predict_cnn(batch: int, gpu: str = "H100", precision: str = "fp32",
                   f"roofline prediction from the {gpu} data sheet, {precision}")
 
 
-# the GPU a prediction uses without a GPU, and whose peak an unrecognised GPU is measured
-# against (labelled as such)
-DEFAULT_GPU = "H100"
+def predict_cnn_curve(gpu: str = DEFAULT_GPU, launch_s: float = 0.0,
+                      batches=CURVE_BATCHES) -> tuple[CnnRun, ...]:
+    """:func:`predict_cnn` (fp32) at each of ``batches``: the predicted throughput curve."""
+    if not isinstance(batches, (tuple, list)) or not batches:
+        raise ValueError(f"batches must be a non-empty tuple of batch sizes, got {batches!r}")
+    return tuple(predict_cnn(v.integer("batch", b, low=1), gpu, launch_s=launch_s)
+                 for b in batches)
 
 
 @dataclass(frozen=True)
@@ -502,18 +566,26 @@ class GpuPeak:
 
 
 def gpu_peak(precision: str = "fp32", default: str = DEFAULT_GPU) -> GpuPeak:
-    """The data-sheet peak of the GPU present: :func:`labkit.kernels.timing.gpu_key` maps the
-    device's name to a :data:`labkit.hardware.GPUS` key. Without a GPU, or for a model
-    ``labkit.hardware`` does not list, ``default``'s peak, labelled as the stated default."""
+    """The data-sheet peak of the GPU torch sees: when ``torch.cuda.is_available()``,
+    :func:`labkit.kernels.timing.hardware_key` maps ``torch.cuda.get_device_name()`` to a
+    :data:`labkit.hardware.GPUS` key. Without a GPU, or for a model ``labkit.hardware`` does
+    not list, ``default``'s peak, labelled as the stated default.
+
+    torch, not numba, is asked because torch runs the GPU rows of :func:`seed_experiment1`:
+    numba's simulator (NUMBA_ENABLE_CUDASIM=1) on a GPU machine, or numba imported before
+    labkit on a CPU one, would make the two disagree."""
+    import torch
+
     from labkit.hardware import gpu as sheet
-    from labkit.kernels.timing import gpu_key, on_gpu
+    from labkit.kernels.timing import hardware_key
 
     fallback = sheet(default)
-    key = gpu_key(default=None)
+    present = torch.cuda.is_available()
+    key = hardware_key(torch.cuda.get_device_name(), None) if present else None
     if key is not None:
         return GpuPeak(key, sheet(key).peak(precision),
                        f"{key} {precision} peak (the GPU present; labkit.hardware)")
-    why = "a GPU labkit.hardware does not list" if on_gpu() else "no GPU"
+    why = "a GPU labkit.hardware does not list" if present else "no GPU"
     return GpuPeak(fallback.key, fallback.peak(precision),
                    f"{fallback.key} {precision} peak (stated default: {why})")
 
@@ -600,7 +672,8 @@ def simplenet_counts(batch: int, input_requires_grad: bool = True):
     return count_ops(step)
 
 
-def launch_half_batch(launch_s: float = 5e-6, gpu: str = "H100", max_batch: int = 8192) -> int:
+def launch_half_batch(launch_s: float = 5e-6, gpu: str = DEFAULT_GPU,
+                      max_batch: int = 8192) -> int:
     """The smallest power-of-two batch at which the predicted CNN throughput with
     ``launch_s`` per kernel launch reaches half of the launch-free prediction."""
     launch_s = v.positive("launch_s", launch_s)

@@ -119,3 +119,42 @@ def noisy_samples(n: int, *, base: float = 1e-3, jitter: float = 0.02,
     x = base * np.exp(jitter * rng.standard_normal(n))
     hit = rng.random(n) < interference
     return np.where(hit, x * slowdown, x)
+
+
+@dataclass(frozen=True)
+class NoiseEstimates:
+    """Timings of :func:`noisy_samples` and what each estimate makes of them: the mean,
+    the median with its bootstrap interval (:func:`bootstrap_ci`), the minimum."""
+    samples: np.ndarray
+    base: float                  # the true time of one call, seconds
+    ci: Interval                 # of the median
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.samples))
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.samples))
+
+    @property
+    def min(self) -> float:
+        return float(np.min(self.samples))
+
+    def survivors(self, tol: float = 0.05) -> str:
+        """Which of "mean" and "median" lie within ``tol`` (relative) of the true time:
+        "mean", "median", "both" or "neither"."""
+        tol = v.positive("tol", tol)
+        ok = [name for name, val in (("mean", self.mean), ("median", self.median))
+              if abs(val / self.base - 1) < tol]
+        return "both" if len(ok) == 2 else (ok[0] if ok else "neither")
+
+
+def noise_estimates(n: int, *, base: float = 1e-3, jitter: float = 0.02,
+                    interference: float = 0.0, slowdown: float = 3.0,
+                    seed: int = 0) -> NoiseEstimates:
+    """:func:`noisy_samples` with these arguments, and the 95 % bootstrap interval of their
+    median (chapter 12's noise widget and its reveal)."""
+    x = noisy_samples(n, base=base, jitter=jitter, interference=interference,
+                      slowdown=slowdown, seed=seed)
+    return NoiseEstimates(x, float(base), bootstrap_ci(x))

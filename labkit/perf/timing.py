@@ -1,7 +1,7 @@
 """Timing done right: warm-up, repeats, median and spread (never a single run).
 
-``benchmark(fn, ...)`` is the one timing helper of the project (chapters and ``make bench``;
-``time_call`` is the same function under its old name). Its rules:
+``benchmark(fn, ...)`` is the one timing helper of the project (chapters and ``make bench``).
+Its rules:
 
 * warm-up: the first calls pay for lazy initialisation, allocator growth, caches and
   (torch.compile) compilation; they are run and thrown away;
@@ -124,12 +124,6 @@ def benchmark(fn: Callable[[], object], *, repeats: int = 7, warmup: int = 1, nu
     samples = [_cuda_sample(fn, number) if device == "cuda" else _host_sample(fn, number, sync)
                for _ in range(repeats)]
     return Timing(tuple(samples), "cuda events" if device == "cuda" else "perf_counter")
-
-
-def time_call(fn: Callable[[], object], *, repeats: int = 7, warmup: int = 1,
-              number: int = 1) -> Timing:
-    """Time ``fn()`` on the host clock: the same as :func:`benchmark` (kept for old code)."""
-    return benchmark(fn, repeats=repeats, warmup=warmup, number=number)
 
 
 def interleaved(fns: dict[str, Callable[[], object]], *, repeats: int = 15, warmup: int = 1,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from labkit.controls import choice_slider, dropdown, fixed, float_slider, int_slider, interactive
 from labkit.kernels.roofline import PRESETS, Roofline
+from labkit.perf.stack import DEFAULT_GPU
 from labkit.show import show
 
 GPU_KEYS = tuple(PRESETS)
@@ -48,7 +49,7 @@ def show_roofline(batch: int, gpu: str, precision: str, machine: Roofline):
                        intensity_range=(1 / 16, 1024)))
 
 
-def roofline_widget(machine: Roofline, batch: int = 5, gpu: str = "H100",
+def roofline_widget(machine: Roofline, batch: int = 5, gpu: str = DEFAULT_GPU,
                     precision: str = "fp32"):
     """Batch slider, GPU and precision: the SimpleNet step on two rooflines."""
     if not isinstance(machine, Roofline):
@@ -64,31 +65,18 @@ def roofline_widget(machine: Roofline, batch: int = 5, gpu: str = "H100",
 
 def show_cnn_batch(batch: int, launch_us: float, gpu: str, cpu_runs):
     """Predicted GPU throughput of the CNN step against measured CPU runs."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from labkit.perf.stack import predict_cnn
+    from labkit.perf.plots import plot_cnn_batch
+    from labkit.perf.stack import predict_cnn, predict_cnn_curve
 
     p = predict_cnn(batch, gpu, launch_s=launch_us * 1e-6)
     print(f"PREDICTED {gpu} (data-sheet roofline, {launch_us:g} µs per launch): batch {batch}: "
           f"{p.samples_per_s:,.0f} samples/s, copy share {p.copy_share:.0%}, "
           f"utilisation {p.utilisation:.1%}")
-    batches = np.unique(np.geomspace(1, 1024, 21).astype(int))
-    pred = [predict_cnn(int(b), gpu, launch_s=launch_us * 1e-6).samples_per_s for b in batches]
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    ax.loglog(batches, pred, "--", label=f"{gpu}: PREDICTED (roofline + launches)")
-    ax.plot([batch], [p.samples_per_s], "o", color="C0")
-    if cpu_runs:
-        ax.loglog([r.batch for r in cpu_runs], [r.samples_per_s for r in cpu_runs], "s-",
-                  color="C1", label="this CPU: measured")
-    ax.set_xlabel("batch size")
-    ax.set_ylabel("samples / s")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    show(fig)
+    show(plot_cnn_batch(predict_cnn_curve(gpu, launch_us * 1e-6), p, cpu_runs, gpu))
 
 
-def cnn_batch_widget(cpu_runs=(), batch: int = 32, launch_us: float = 0.0, gpu: str = "H100"):
+def cnn_batch_widget(cpu_runs=(), batch: int = 32, launch_us: float = 0.0,
+                     gpu: str = DEFAULT_GPU):
     """Batch and launch-cost sliders over the predicted GPU curve and measured CPU points."""
     from labkit.perf.stack import CnnRun
 
@@ -107,24 +95,14 @@ def cnn_batch_widget(cpu_runs=(), batch: int = 32, launch_us: float = 0.0, gpu: 
 def show_noise(interference: float, n: int, jitter: float, seed: int = 0):
     """Simulated timings on a shared machine: what the mean, median and its bootstrap
     interval do as a neighbour steals the core more often."""
-    import matplotlib.pyplot as plt
-    import numpy as np
+    from labkit.perf.plots import plot_noise
+    from labkit.perf.stats import noise_estimates
 
-    from labkit.perf.stats import bootstrap_ci, noisy_samples
-
-    x = noisy_samples(n, base=1e-3, jitter=jitter, interference=interference, seed=seed)
-    ci = bootstrap_ci(x)
-    print(f"true time 1.000 ms | mean {x.mean() * 1e3:.3f} ms | median {np.median(x) * 1e3:.3f} "
-          f"ms, 95 % CI [{ci.low * 1e3:.3f}, {ci.high * 1e3:.3f}] | min {x.min() * 1e3:.3f} ms")
-    fig, ax = plt.subplots(figsize=(6.5, 3))
-    ax.hist(x * 1e3, bins=40, color="0.6")
-    for val, lab, col in ((x.mean(), "mean", "C3"), (np.median(x), "median", "C0")):
-        ax.axvline(val * 1e3, color=col, label=lab)
-    ax.axvspan(ci.low * 1e3, ci.high * 1e3, color="C0", alpha=0.2, label="95 % CI of median")
-    ax.set_xlabel("ms per call")
-    ax.set_ylabel("samples")
-    ax.legend(fontsize=8)
-    show(fig)
+    e = noise_estimates(n, jitter=jitter, interference=interference, seed=seed)
+    print(f"true time {e.base * 1e3:.3f} ms | mean {e.mean * 1e3:.3f} ms | median "
+          f"{e.median * 1e3:.3f} ms, 95 % CI [{e.ci.low * 1e3:.3f}, {e.ci.high * 1e3:.3f}] | "
+          f"min {e.min * 1e3:.3f} ms")
+    show(plot_noise(e))
 
 
 def noise_widget(interference: float = 0.1, n: int = 50, jitter: float = 0.05):
@@ -141,9 +119,8 @@ def noise_widget(interference: float = 0.1, n: int = 50, jitter: float = 0.05):
 def show_deploy(max_kb: float, max_latency_ms: float, slowdown: float, variants):
     """Which deployment variants fit a size and latency budget on a target ``slowdown``
     times slower than this machine."""
-    import matplotlib.pyplot as plt
-
     from labkit.perf.deploy import Budget, fits
+    from labkit.perf.plots import plot_deploy
 
     budget = Budget("target", max_kb * 1e3, max_latency_ms * 1e-3, slowdown)
     res = fits(list(variants), budget)
@@ -152,17 +129,7 @@ def show_deploy(max_kb: float, max_latency_ms: float, slowdown: float, variants)
     for var, ok, why in res:
         print(f"{'✔' if ok else '✘'} {var.name:18s} {var.bytes / 1e3:7.1f} kB  "
               f"acc {var.accuracy:.3f}  {why}")
-    fig, ax = plt.subplots(figsize=(6, 3))
-    for var, ok, _ in res:
-        ax.plot(var.bytes / 1e3, var.latency_s * slowdown * 1e3, "o" if ok else "x", ms=9,
-                label=var.name)
-    ax.axvline(max_kb, color="0.5", ls="--")
-    ax.axhline(max_latency_ms, color="0.5", ls="--")
-    ax.set_xlabel("size (kB)")
-    ax.set_ylabel("latency on target (ms)")
-    ax.set_yscale("log")
-    ax.legend(fontsize=8)
-    show(fig)
+    show(plot_deploy(res, budget))
 
 
 def deploy_widget(variants, max_kb: float = 100.0, max_latency_ms: float = 1.0,

@@ -34,6 +34,17 @@ class BatchSweep:
     width: int
     depth: int
 
+    @property
+    def latency_growth(self) -> float:
+        """Latency at the largest batch over latency at the smallest (the last and first
+        points)."""
+        return self.points[-1].latency_s / self.points[0].latency_s
+
+    @property
+    def throughput_gain(self) -> float:
+        """Throughput at the largest batch over throughput at the smallest."""
+        return self.points[-1].throughput / self.points[0].throughput
+
 
 def batch_sweep(batches=(1, 4, 16, 64, 256), width: int = 256, depth: int = 3,
                 repeats: int = 7, seed: int = 0) -> BatchSweep:
@@ -41,7 +52,7 @@ def batch_sweep(batches=(1, 4, 16, 64, 256), width: int = 256, depth: int = 3,
     import torch
 
     from labkit.torch_models import torch_mlp
-    from labkit.perf import time_call
+    from labkit.perf import benchmark
 
     batches = tuple(int(b) for b in batches)
     if not batches or min(batches) < 1 or max(batches) > 4096:
@@ -54,7 +65,7 @@ def batch_sweep(batches=(1, 4, 16, 64, 256), width: int = 256, depth: int = 3,
     with torch.inference_mode():
         for b in batches:
             x = torch.randn(b, width, generator=gen)
-            t = time_call(lambda: model(x), repeats=repeats, warmup=2).median
+            t = benchmark(lambda: model(x), repeats=repeats, warmup=2).median
             points.append(BatchPoint(b, t, b / t))
     return BatchSweep(tuple(points), width, depth)
 
@@ -141,6 +152,57 @@ def precision_effect(width: int = 128, depth: int = 4, scale: float = 1.0, batch
     return PrecisionResult(width, float(scale), errors, agree, overflow)
 
 
+@dataclass(frozen=True)
+class PrecisionScan:
+    scales: tuple[float, ...]
+    results: tuple[PrecisionResult, ...]    # one per scale, same order
+
+    def at(self, scale: float) -> PrecisionResult:
+        for s, r in zip(self.scales, self.results):
+            if s == scale:
+                return r
+        raise ValueError(f"scale must be one of the scanned scales {self.scales}, got {scale!r}")
+
+    def first_overflow(self, dtype: str = "float16") -> float | None:
+        """The smallest scanned input scale at which ``dtype`` produced a non-finite output."""
+        one_of("dtype", dtype, DTYPES)
+        return next((s for s, r in sorted(zip(self.scales, self.results),
+                                          key=lambda sr: sr[0]) if r.overflow[dtype]), None)
+
+
+def precision_scan(scales=(1.0, 10.0, 100.0, 1e3, 1e4, 1e5), **kwargs) -> PrecisionScan:
+    """:func:`precision_effect` at each input scale (other arguments passed on)."""
+    scales = tuple(float(s) for s in scales)
+    if not scales:
+        raise ValueError("scales must hold at least one input scale")
+    return PrecisionScan(scales, tuple(precision_effect(scale=s, **kwargs) for s in scales))
+
+
+@dataclass(frozen=True)
+class DtypeFacts:
+    name: str
+    bits: int
+    max: float            # largest finite value
+    eps: float            # gap between 1 and the next value: 2^-(significand bits - 1)
+    unit_roundoff: float  # u = eps / 2, the largest relative rounding error (round to nearest)
+    digits: float         # -log10(u): significant decimal digits
+
+
+def dtype_facts(names=DTYPES) -> tuple[DtypeFacts, ...]:
+    """``torch.finfo`` of each format, with the unit roundoff u = eps/2 and -log10 u digits
+    (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., 2002, chap. 2):
+    float32 u = 2^-24, bfloat16 2^-8, float16 2^-11."""
+    import torch
+
+    out = []
+    for name in names:
+        fi = torch.finfo(getattr(torch, one_of("names", name, DTYPES)))
+        u = fi.eps / 2
+        out.append(DtypeFacts(name, fi.bits, float(fi.max), float(fi.eps), u,
+                              float(-np.log10(u))))
+    return tuple(out)
+
+
 def copy_model(model, dtype):
     import copy
     return copy.deepcopy(model).to(dtype)
@@ -188,6 +250,33 @@ def kv_cache_bytes(model: DecoderShape, seq: int, batch: int = 1, dtype_bytes: i
     batch = integer("batch", batch, low=1)
     return (kv_cache_bytes_per_token_per_layer(model.n_kv_heads, model.head_dim, dtype_bytes)
             * model.layers * seq * batch)
+
+
+@dataclass(frozen=True)
+class KVCacheRow:
+    model: str
+    per_token_bytes: int    # all layers: per token per layer × layers
+    cache_bytes: int        # × seq × batch
+
+
+def kv_cache_rows(rule=None, seq: int = 4096, batch: int = 8, dtype_bytes: int = 2
+                  ) -> tuple[KVCacheRow, ...]:
+    """The KV cache of each of :data:`DECODERS` after ``seq`` tokens for ``batch`` sequences,
+    from ``rule(n_heads, n_kv_heads, head_dim, dtype_bytes)`` -> bytes per token per layer
+    (exercise 3.6's signature; default :func:`kv_cache_bytes_per_token_per_layer`)."""
+    if rule is None:
+        def rule(n_heads, n_kv_heads, head_dim, dtype_bytes):
+            return kv_cache_bytes_per_token_per_layer(n_kv_heads, head_dim, dtype_bytes)
+    elif not callable(rule):
+        raise TypeError(f"rule must be a function, got {type(rule).__name__}")
+    seq = integer("seq", seq, low=0)
+    batch = integer("batch", batch, low=1)
+    dtype_bytes = integer("dtype_bytes", dtype_bytes, low=1)
+    rows = []
+    for name, m in DECODERS.items():
+        per_token = int(rule(m.n_heads, m.n_kv_heads, m.head_dim, dtype_bytes)) * m.layers
+        rows.append(KVCacheRow(name, per_token, per_token * seq * batch))
+    return tuple(rows)
 
 
 def torch_kv_cache_bytes(n_heads: int = 8, n_kv_heads: int = 2, head_dim: int = 16,

@@ -114,3 +114,31 @@ def torch_leak(steps: int = 10, strategy: str = "tensor", *, backward: bool = Tr
                 alive[s.data_ptr()] = s.nbytes()
         trace.append(int(sum(alive.values())))
     return LeakResult("torch", strategy, backward, tuple(trace))
+
+
+@dataclass(frozen=True)
+class LeakRow:
+    backward: bool
+    strategy: str
+    labkit: LeakResult
+    torch: LeakResult
+
+
+def leak_table(steps: int = 5, backwards=(True, False)) -> tuple[LeakRow, ...]:
+    """:func:`labkit_leak` and :func:`torch_leak` for every strategy, with and without
+    ``backward()``: one row per (backward, strategy), in that order."""
+    if isinstance(backwards, (str, bytes)) or not all(isinstance(b, bool) for b in backwards):
+        raise TypeError(f"backwards must be a sequence of True/False, got {backwards!r}")
+    return tuple(LeakRow(b, s, labkit_leak(steps, s, backward=b), torch_leak(steps, s, backward=b))
+                 for b in backwards for s in STRATEGIES)
+
+
+def worst_strategy(rows, engine: str = "torch", backward: bool = False) -> str:
+    """The strategy whose list keeps the most bytes per step, among ``rows`` of
+    :func:`leak_table` with this ``backward``, as measured by ``engine``."""
+    if engine not in ("labkit", "torch"):
+        raise ValueError(f"engine must be 'labkit' or 'torch', got {engine!r}")
+    rows = [r for r in rows if r.backward == backward]
+    if not rows:
+        raise ValueError(f"no row of the table has backward={backward}")
+    return max(rows, key=lambda r: getattr(r, engine).per_step).strategy

@@ -60,6 +60,13 @@ class ModeAccuracy:
     acc_train_mode: tuple[float, ...]
     acc_eval_mode: tuple[float, ...]
 
+    @property
+    def smallest_vs_largest(self) -> str:
+        """Train-mode accuracy at the first (smallest) test batch compared with the last:
+        "higher", "lower" or "the same"."""
+        small, large = self.acc_train_mode[0], self.acc_train_mode[-1]
+        return "higher" if small > large else "lower" if small < large else "the same"
+
 
 def forgot_eval_experiment(p: float = 0.5, batch_sizes=(2, 4, 16, 64, 256), seed: int = 0
                            ) -> ModeAccuracy:
@@ -91,3 +98,41 @@ def forgot_eval_experiment(p: float = 0.5, batch_sizes=(2, 4, 16, 64, 256), seed
             model.load_state_dict(state)   # train-mode BatchNorm updated its running stats
     model.eval()
     return ModeAccuracy(float(p), batch_sizes, tuple(acc[True]), tuple(acc[False]))
+
+
+@dataclass(frozen=True)
+class ModeRulesCheck:
+    dropout_mean: float             # mean of dropout_train(ones, mask, p): ≈ 1 if scaled by 1/(1-p)
+    batchnorm_matches_torch: bool   # batchnorm_eval == torch's BatchNorm1d in eval mode
+
+
+def mode_rules_vs_torch(batchnorm_eval, dropout_train, p: float = 0.3, seed: int = 1
+                        ) -> ModeRulesCheck:
+    """Run a dropout rule on a (1000, 100) block of ones with a seeded keep mask (kept with
+    probability 1 - p): inverted dropout keeps the mean at 1. Compare a BatchNorm eval rule
+    with ``torch.nn.BatchNorm1d(4).eval()`` whose running statistics and affine parameters
+    are seeded random values (not the 0/1 defaults, which hide a swapped argument)."""
+    import torch
+
+    from labkit.validate import integer, number
+
+    for name, fn in (("batchnorm_eval", batchnorm_eval), ("dropout_train", dropout_train)):
+        if not callable(fn):
+            raise TypeError(f"{name} must be a function, got {type(fn).__name__}")
+    p = number("p", p, low=0, high=1, high_open=True)
+    rng = np.random.default_rng(integer("seed", seed, low=0))
+    ones = np.ones((1000, 100))
+    mask = (rng.random(ones.shape) >= p).astype(float)
+    mean = float(np.mean(dropout_train(ones, mask, p)))
+    bn = torch.nn.BatchNorm1d(4).eval()
+    with torch.no_grad():
+        bn.running_mean.copy_(torch.from_numpy(rng.normal(size=4)))
+        bn.running_var.copy_(torch.from_numpy(rng.uniform(0.5, 2.0, 4)))
+        bn.weight.copy_(torch.from_numpy(rng.uniform(0.5, 1.5, 4)))
+        bn.bias.copy_(torch.from_numpy(rng.normal(size=4)))
+        xs = rng.normal(size=(3, 4)).astype(np.float32)
+        want = bn(torch.from_numpy(xs)).numpy()
+    got = np.asarray(batchnorm_eval(xs, bn.running_mean.numpy(), bn.running_var.numpy(),
+                                    bn.weight.detach().numpy(), bn.bias.detach().numpy()))
+    return ModeRulesCheck(mean, bool(got.shape == want.shape
+                                     and np.allclose(got, want, atol=1e-5)))

@@ -24,6 +24,7 @@ class PhaseCosts:
     matmul_backward_flops: int
     saved_bytes_train: int        # activations saved for backward (parameters excluded)
     saved_bytes_inference: int    # the same forward under no_grad
+    parameter_bytes: int          # the model's weights and biases, read from the model
 
     @property
     def backward_over_forward(self) -> float:
@@ -59,7 +60,8 @@ def labkit_phase_costs(sizes=(64, 256, 256, 10), batch: int = 64, seed: int = 0)
         model(Tensor(x))
     return PhaseCosts("labkit", batch, sizes, train.forward_flops, train.backward_flops,
                       train.forward.get("matmul", 0), train.backward.get("matmul", 0),
-                      train.saved_bytes, infer.saved_bytes)
+                      train.saved_bytes, infer.saved_bytes,
+                      sum(int(p.data.nbytes) for p in model.parameters()))
 
 
 def torch_saved_bytes(fn, params=()) -> int:
@@ -102,4 +104,17 @@ def torch_phase_costs(sizes=(64, 256, 256, 10), batch: int = 64, seed: int = 0) 
     with torch.no_grad():
         saved_infer = torch_saved_bytes(lambda: model(x), params)
     f, b = int(fwd.get_total_flops()), int(bwd.get_total_flops())
-    return PhaseCosts("torch", batch, sizes, f, b, f, b, saved_train, saved_infer)
+    return PhaseCosts("torch", batch, sizes, f, b, f, b, saved_train, saved_infer,
+                      sum(p.numel() * p.element_size() for p in params))
+
+
+def mlp_matmul_flops(sizes, batch: int, layer_flops) -> tuple[int, int]:
+    """(forward, backward) FLOPs of the matrix products of an MLP with widths ``sizes``:
+    the sum over its layers of ``layer_flops(batch, k, n, input_requires_grad)``, where
+    only the first layer's input (the data) needs no gradient."""
+    sizes = _check(sizes, batch)
+    if not callable(layer_flops):
+        raise TypeError(f"layer_flops must be a function, got {type(layer_flops).__name__}")
+    per_layer = [layer_flops(batch, k, n, i > 0)
+                 for i, (k, n) in enumerate(zip(sizes[:-1], sizes[1:]))]
+    return sum(int(f) for f, _ in per_layer), sum(int(b) for _, b in per_layer)

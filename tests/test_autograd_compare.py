@@ -1,0 +1,102 @@
+"""What chapter 02's cells show, computed by labkit: gradients against PyTorch, the pass
+pipeline on the layered program, the deep chain, the seed's SimpleNet and the graph break."""
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from labkit.autograd.compare import rules_vs_torch, two_layer_vs_torch
+from labkit.autograd.examples import deep_chain, optimize_program
+from labkit.autograd.fx_passes import (SimpleNet, dynamo_capture, graph_break_step,
+                                       inductor_cpp_compiler, swap_and_compare)
+
+
+def _matmul_rule(g, a, b):            # the rule with the sum over the broadcast batch axis
+    return g @ b.T, np.einsum("bik,bij->kj", a, g)
+
+
+def _softmax_rule(g, s):
+    return s * (g - (g * s).sum(axis=-1, keepdims=True))
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_two_layer_gradients_agree_with_torch_and_central_differences(seed):
+    r = two_layer_vs_torch(seed=seed)
+    assert r.max_abs_diff < 1e-12
+    assert r.gradcheck.ok and r.gradcheck.max_abs_error < 1e-6
+    assert [j.shape for j in r.gradcheck.analytic] == [(1, 35), (1, 21)]   # W1 5x7, W2 7x3
+    with pytest.raises(ValueError, match="sizes"):
+        two_layer_vs_torch(sizes=(5, 7))
+    with pytest.raises(ValueError, match="batch"):
+        two_layer_vs_torch(batch=0)
+
+
+def test_rules_vs_torch_is_zero_for_right_rules_and_large_for_wrong_ones():
+    r = rules_vs_torch(_matmul_rule, _softmax_rule)
+    assert max(r.matmul_a, r.matmul_b, r.softmax) < 1e-12
+    # softmax without the -<g, s> term: s * g
+    assert rules_vs_torch(_matmul_rule, lambda g, s: s * g).softmax > 0.1
+    # grad_b scaled by the batch size instead of summed: values off, shape right
+    wrong = rules_vs_torch(lambda g, a, b: (g @ b.T, 4 * np.swapaxes(a, -1, -2)[0] @ g[0]),
+                           _softmax_rule)
+    assert wrong.matmul_a < 1e-12 and wrong.matmul_b > 0.1
+    # grad_b left unsummed over the batch: a shape error names it
+    with pytest.raises(ValueError, match=r"grad_b has shape \(4, 5, 2\), expected \(5, 2\)"):
+        rules_vs_torch(lambda g, a, b: (g @ b.T, np.swapaxes(a, -1, -2) @ g), _softmax_rule)
+    with pytest.raises(TypeError, match="softmax_backward"):
+        rules_vs_torch(_matmul_rule, None)
+
+
+def test_optimize_program_counts_the_kernels_each_pass_removes():
+    one = optimize_program(depth=1)
+    # per layer: matmul, mul, mul(const), add, tanh + dead mul, sum; then softmax's kernel(s)
+    assert one.traced.stats().kernels == 8 and one.optimized.stats().kernels == 3
+    assert one.same_on_new_input
+    three = optimize_program(depth=3)
+    assert (three.traced.stats().kernels, three.optimized.stats().kernels) == (22, 7)
+    no_dce = optimize_program(depth=1, dead_code=lambda g: g)
+    assert no_dce.optimized.stats().kernels == 5      # the dead mul and sum stay
+    assert no_dce.same_on_new_input
+    with pytest.raises(TypeError, match="dead_code"):
+        optimize_program(dead_code="dce")
+    with pytest.raises(ValueError, match="depth"):
+        optimize_program(depth=0)
+
+
+def test_deep_chain_gradient_is_the_closed_form():
+    leaf, root = deep_chain(5000, 1.0002)
+    assert leaf.data.dtype == np.float32
+    bound = 5000 * 2.0 ** -24          # n rounding errors of at most u each (float32)
+    assert root.item() == pytest.approx(0.5 * 1.0002 ** 5000, rel=bound)
+    root.backward()
+    assert leaf.grad.item() == pytest.approx(1.0002 ** 5000, rel=bound)
+    with pytest.raises(ValueError, match="depth"):
+        deep_chain(0)
+    with pytest.raises(ValueError, match="factor"):
+        deep_chain(3, float("nan"))
+
+
+def test_swap_and_compare_on_the_seeds_simple_net():
+    torch.manual_seed(0)
+    net = SimpleNet()
+    r = swap_and_compare(net, torch.nn.ReLU, torch.nn.functional.gelu, torch.randn(5, 10))
+    assert r.replaced == 1 and r.changed
+    assert "call_module[target=relu]" in r.traced and "gelu" in r.code and "relu" not in r.code
+    same = swap_and_compare(net, torch.nn.Tanh, torch.tanh, torch.randn(5, 10))
+    assert same.replaced == 0 and not same.changed
+    with pytest.raises(ValueError, match="x must be a torch tensor"):
+        swap_and_compare(net, torch.nn.ReLU, torch.tanh, np.ones((5, 10)))
+
+
+def test_graph_break_step_breaks_once_and_the_compiler_is_inductors():
+    cap = dynamo_capture(graph_break_step, torch.linspace(-1, 2, 7))
+    assert cap.graph_breaks == 1 and cap.matches_eager
+    from torch._inductor import config
+    assert inductor_cpp_compiler() == shutil.which(config.cpp.cxx[-1])
+
+
+def test_inductor_cpp_compiler_is_none_without_one(monkeypatch):
+    from torch._inductor import config
+    monkeypatch.setattr(config.cpp, "cxx", (None, "no-such-compiler-labkit"))
+    assert inductor_cpp_compiler() is None
