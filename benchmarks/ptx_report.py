@@ -238,6 +238,13 @@ def category(op: str) -> str:
     return "other"
 
 
+def is_global_load(op: str) -> bool:
+    """Whether ``op`` is a global load, the report's LDG column (``LDG.E.128`` is;
+    ``LDGSTS``, an asynchronous copy to shared memory, and ``LDGDEPBAR``, its barrier,
+    are not): the one test behind the column, :func:`load_loop` and :func:`loading_path`."""
+    return category(op) == "LDG"
+
+
 def loops(instrs: list[Instr]) -> list[list[Instr]]:
     """The body of every loop: from a backward ``BRA``'s target to the branch."""
     out = []
@@ -288,7 +295,7 @@ def load_loop(instrs: list[Instr]) -> list[Instr]:
     several (the main loop: the compiler puts a copy it unrolled from a remainder loop
     after it), or the whole kernel if no loop loads (one element per thread)."""
     def ldg(body):
-        return sum(op.startswith("LDG") for _, op, _ in body)
+        return sum(is_global_load(op) for _, op, _ in body)
     with_ldg = [b for b in loops(instrs) if ldg(b)]
     innermost = [b for b in with_ldg if not any(_inside(o, b) for o in with_ldg)]
     return max(innermost, key=lambda b: (ldg(b), -b[0][0])) if innermost else instrs
@@ -334,7 +341,7 @@ def loading_path(body: list[Instr], guarded: set[int],
     guarded one, both load the tile, and the full tiles' path is the shorter."""
     lo, hi = _span(inner) if inner else (-1, -1)
     where = {a: p for p, (a, _, _) in enumerate(body)}
-    loads = [int(op.startswith("LDG")) for _, op, _ in body]
+    loads = [int(is_global_load(op)) for _, op, _ in body]
     # (-LDGs, instructions, came from): tuples compare most loads first, then fewest
     best: list[tuple[int, int, int] | None] = [None] * len(body)
     best[0] = (-loads[0], 0, -1)

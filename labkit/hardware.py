@@ -61,12 +61,12 @@ class GPU:
         return peak_rate(self.flops, precision, self.key)
 
     def ridge(self, precision: str = "fp32") -> float:
-        """Arithmetic intensity (FLOP/byte of HBM traffic) where the roofs meet: peak /
-        bandwidth, by the course's one roofline
+        """Arithmetic intensity (FLOP/byte of HBM traffic) where the roofs meet: this GPU's
+        own peak / bandwidth (a ``replace()``d copy too), by the course's one roofline
         (:attr:`labkit.kernels.roofline.Roofline.ridge`)."""
-        from labkit.kernels.roofline import datasheet
+        from labkit.kernels.roofline import Roofline
 
-        return datasheet(self.key, precision).ridge
+        return Roofline(self.name, self.peak(precision), self.hbm_bandwidth).ridge
 
     @property
     def nvlink_per_direction(self) -> float:

@@ -8,8 +8,9 @@ import torch
 
 from labkit.autograd.compare import rules_vs_torch, two_layer_vs_torch
 from labkit.autograd.examples import deep_chain, optimize_program
-from labkit.autograd.fx_passes import (SimpleNet, dynamo_capture, graph_break_step,
-                                       inductor_cpp_compiler, swap_and_compare)
+from labkit.autograd.fx_passes import (dynamo_capture, graph_break_step, inductor_cpp_compiler,
+                                       swap_and_compare)
+from labkit.perf.stack import simple_net
 
 
 def _matmul_rule(g, a, b):            # the rule with the sum over the broadcast batch axis
@@ -78,8 +79,7 @@ def test_deep_chain_gradient_is_the_closed_form():
 
 
 def test_swap_and_compare_on_the_seeds_simple_net():
-    torch.manual_seed(0)
-    net = SimpleNet()
+    net = simple_net(seed=0)
     r = swap_and_compare(net, torch.nn.ReLU, torch.nn.functional.gelu, torch.randn(5, 10))
     assert r.replaced == 1 and r.changed
     assert "call_module[target=relu]" in r.traced and "gelu" in r.code and "relu" not in r.code
@@ -92,8 +92,13 @@ def test_swap_and_compare_on_the_seeds_simple_net():
 def test_graph_break_step_breaks_once_and_the_compiler_is_inductors():
     cap = dynamo_capture(graph_break_step, torch.linspace(-1, 2, 7))
     assert cap.graph_breaks == 1 and cap.matches_eager
-    from torch._inductor import config
-    assert inductor_cpp_compiler() == shutil.which(config.cpp.cxx[-1])
+    from torch._inductor.cpp_builder import get_cpp_compiler
+    from torch._inductor.exc import InvalidCxxCompiler
+    try:
+        want = shutil.which(get_cpp_compiler())
+    except InvalidCxxCompiler:
+        want = None
+    assert inductor_cpp_compiler() == want
 
 
 def test_inductor_cpp_compiler_is_none_without_one(monkeypatch):

@@ -65,24 +65,12 @@ def test_block_reference_equals_torch_measurement():
         assert ch.block_saved_bytes(s, b, h, a) == transformer_block_saved(s, b, h, a).total_bytes
 
 
-def test_extra_terms_are_named_and_read_as_labelled_bytes():
-    # 6.4's hints read the terms by name: dropout masks (as²b + 2sbh) and LayerNorm
-    # statistics 4sb·2 for bf16, whatever order the labels are printed in
-    from labkit.memory.measure import transformer_extra_terms
-    s, b, h, a = 24, 3, 96, 6
-    extra = transformer_extra_terms(s, b, h, a)
-    assert (extra.masks, extra.layernorm) == (a * s * s * b + 2 * s * b * h, 8 * s * b)
-    assert extra.total == extra.masks + extra.layernorm == sum(extra.values())
-    assert extra.as_dict() == dict(extra.items()) and len(extra) == 2
-    assert extra["LayerNorm mean and rstd: 4sb·itemsize"] == 8 * s * b
-    assert transformer_extra_terms(s, b, h, a, itemsize=1).masks == 0      # 1-byte masks
-
-
 @pytest.mark.parametrize("wrong, hint", [
     (WRONG["6.1"][0], "parameters + gradients only"),
     (WRONG["6.1"][1], "two states per parameter"),
     (WRONG["6.1"][2], "left out the gradient"),
     (lambda n, o: {"sgd": 2, "momentum": 3, "adam": 4}[o] * n, "count bytes"),   # numbers
+    (lambda n, o: {"sgd": 4, "momentum": 6, "adam": 8}[o] * n, "or counted 2 bytes"),
     (lambda n, o: {"sgd": 8, "momentum": 16, "adam": 24}[o] * n, "Adam 2"),   # states as 8 B
 ])
 def test_model_state_hints(wrong, hint):

@@ -117,6 +117,10 @@ def test_overflow_fraction_is_past_the_formats_max():
     assert overflow_fraction(g, "fp16", scale=1000.0) == pytest.approx(0.25)     # 1e5
     assert overflow_fraction(g, "fp16", scale=2.0 ** 16) == pytest.approx(0.75)  # |±1|·2^16
     assert overflow_fraction(g, "bf16", scale=2.0 ** 16) == 0.0
+    # past max but rounded to it, not to inf: fp16 has no number between 65504 and 65536,
+    # and round to nearest even sends everything below the midpoint 65520 down to 65504
+    assert overflow_fraction([65505.0, 65519.0, 65520.0, -65536.0], "fp16") == 0.5
+    assert overflow_fraction([65505.0], "fp16") == 0.0
     with pytest.raises(ValueError, match="fmt must be one of"):
         overflow_fraction(g, "fp8")
 

@@ -7,7 +7,7 @@ import torch
 from labkit.compress import train as T
 from labkit.compress import widgets
 from labkit.data import load_digits
-from widget_checks import first_slider_changes_output
+from widget_checks import first_slider_test
 
 matplotlib.use("Agg")
 
@@ -71,17 +71,16 @@ def test_fusion_timing_bandwidth_and_speedup():
 
 def test_parameter_counts_from_torch():
     from labkit.compress.model import conv_cost
+    from labkit.memory.measure import count_params
     mlp = torch.nn.Sequential(torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10))
-    assert T.parameter_count(mlp) == 64 * 16 + 16 + 16 * 10 + 10
+    assert count_params(mlp) == 64 * 16 + 16 + 16 * 10 + 10
     for k, m, n in ((3, 32, 64), (5, 16, 24), (1, 8, 8)):
         assert T.torch_separable_params(k, m, n) == k * k * m + m * n \
             == conv_cost(k, m, n, 7).separable_params
 
 
-@pytest.mark.parametrize("name", ["quant_widget", "scaling_widget"])
-def test_first_slider_changes_output(name, capsys):
-    w = getattr(widgets, name)()
-    first_slider_changes_output(w, capsys, steps=2)
+test_first_slider_changes_output = first_slider_test(widgets, ["quant_widget", "scaling_widget"],
+                                                     steps=2)
 
 
 def test_widget_functions_numbers(capsys):

@@ -17,6 +17,7 @@ def test_pipeline_bounds_are_the_bottleneck_laws_terms():
     assert bottleneck(0.06, 0.01, 3, 2) == "cores"
     assert bottleneck(0.06, 0.01, 1, 8) == "loading (per worker)"
     assert bottleneck(0.01, 0.05, 4, 8) == "training step"
+    assert bottleneck(0.06, 0.01, 0, 2) == "loading and step in series"   # not "loading"
     assert pipeline_bounds(0.06, 0.01, 0, 2)["loading (per worker)"] == 0.06
     with pytest.raises(ValueError, match="workers"):
         pipeline_bounds(0.06, 0.01, -1, 2)
@@ -31,6 +32,13 @@ def test_the_plateau_of_an_accelerator_pipeline_is_at_workers_needed():
     assert sim.workers_to_plateau(cfg, 3) == 3       # still rising at the end of the range
     with pytest.raises(ValueError, match="fraction"):
         sim.workers_to_plateau(cfg, 12, fraction=1.5)
+    rates = [r.samples_per_s for r in sim.sweep_workers(cfg, range(13))]
+    assert sim.plateau_workers(rates, 0.97) == 5
+    assert sim.plateau_workers([10.0, 50.0, 98.0, 99.0, 100.0], 0.99) == 3   # not the argmax
+    assert sim.plateau_workers([10.0, 50.0, 98.0, 99.0, 100.0], 0.98) == 2
+    assert sim.plateau_workers([10.0, 50.0, 98.0, 99.0, 100.0], 1.0) == 4
+    with pytest.raises(ValueError, match="rates"):
+        sim.plateau_workers([], 0.9)
 
 
 def test_compare_workers_against_the_bound_and_the_simulator():
@@ -86,6 +94,11 @@ def test_diagnose_names_the_binding_resource_at_the_best_run():
 def test_stage_costs_shares_and_batch_load():
     c = StageCosts(decode_s=25e-6, augment_s=75e-6, compute_s=0.003)
     assert c.decode_share == pytest.approx(0.25)
+    cfg = sim.PipelineConfig(decode_s=25e-6, augment_s=75e-6)
+    assert cfg.decode_share == c.decode_share == sim.decode_share(25e-6, 75e-6)
+    assert sim.PipelineConfig(decode_s=0.0, augment_s=0.0).decode_share == 0.5
+    with pytest.raises(ValueError, match="augment_s"):
+        sim.decode_share(1e-4, -1e-4)
     assert c.batch_load_s(32) == pytest.approx(32 * 100e-6)
     with pytest.raises(ValueError, match="batch_size"):
         c.batch_load_s(0)

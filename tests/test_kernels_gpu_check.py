@@ -1,6 +1,7 @@
 """benchmarks/gpu_check.py: its sections exist, it exits 0 without a GPU, and its reduction
 section runs end to end on the simulator at a tiny size (so the script is not first tried
 on a GPU session's clock)."""
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -38,6 +39,32 @@ def test_reduction_section_on_the_simulator(capsys):
     assert g.section_reduction(ctx) == []
     out = capsys.readouterr().out
     assert out.count(" ok") == 5 and "reduce_fast" in out
+
+
+def test_unmeasured_goals_fail_outside_quick(capsys):
+    """Issue 15's goals never pass silently: without a CUDA torch (cuBLAS) the matmul goal,
+    without a data sheet for the board the reduction goal, is a failure of a full run."""
+    if labkit.CUDA_BACKEND == "gpu":
+        pytest.skip("the simulator path")
+    from labkit.kernels import timing
+
+    g = _module()
+    # seconds, not half a minute: the ladder's rungs launched once each (1024-thread blocks
+    # are slow on the simulator), the extra 2-D shapes left to the correctness pass
+    g.time_matmul = functools.partial(timing.time_matmul,
+                                      timer=lambda launch, repeats: launch() or 1e-3)
+    g.REGISTER2D_TRIALS = ()
+    ctx = g.Context(False, np.random.default_rng(0), "simulator", "H200",
+                    sizes=dict(matmul=16, repeats=1))
+    assert g.section_matmul(ctx) == ["matmul_goal_unmeasured"]     # this torch has no CUDA
+    out = capsys.readouterr().out
+    assert "GOAL NOT MEASURED" in out and out.count(" ok ") == 5   # every rung right
+    ctx = g.Context(False, np.random.default_rng(0), "Tesla T4", None,
+                    sizes=dict(reduction=64, repeats=1, block=32))
+    assert g.section_reduction(ctx) == ["reduction_goal_unmeasured"]
+    assert "GOAL NOT MEASURED" in capsys.readouterr().out
+    ctx.quick = True                                                 # --quick: no goals
+    assert g.section_reduction(ctx) == []
 
 
 def test_every_matmul_case_has_full_and_cut_tiles():

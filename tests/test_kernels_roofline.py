@@ -25,6 +25,15 @@ def test_preset_and_datasheet_are_one_roofline(key, precision):
         assert roofline.bound(hw, i, precision) == roof.bound(i)
 
 
+def test_a_gpus_ridge_is_its_own_numbers():
+    """A replace()d data sheet (a 40 GB A100's 1.555 TB/s) has its own ridge, not the preset's."""
+    from dataclasses import replace
+
+    a100_40 = replace(GPUS["A100"], hbm_bandwidth=1555e9)
+    assert GPUS["A100"].ridge("bf16") == pytest.approx(312e12 / 2039e9)
+    assert a100_40.ridge("bf16") == pytest.approx(312e12 / 1555e9)       # 200.6, not 153.0
+
+
 def test_the_ridge_point_is_where_the_roofs_meet():
     r = datasheet("H100", "fp32")                   # 67 TFLOP/s over 3.35 TB/s: 20 FLOP/B
     assert r.ridge == pytest.approx(20.0)

@@ -13,6 +13,7 @@ from labkit.kernels.models import LADDER, LADDER_SHAPES
                                        ("NVIDIA H200", "H200"),
                                        ("NVIDIA A100-SXM4-80GB", "A100"),
                                        ("Tesla V100-SXM2-32GB", "V100"),
+                                       ("Tesla V100-SXM2-16GB", "V100"),  # same sheet
                                        ("Tesla T4", None),
                                        ("NVIDIA GeForce RTX 4090", None),
                                        # other boards of a sheet's chip: not the SXM sheet

@@ -99,3 +99,15 @@ def test_checkpointing_and_accumulation_measured():
 def test_measurements_reject_bad_input(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def test_extra_terms_are_named_and_read_as_labelled_bytes():
+    # 6.4's hints read the terms by name: dropout masks (as²b + 2sbh) and LayerNorm
+    # statistics 4sb·2 for bf16, whatever order the labels are printed in
+    s, b, h, a = 24, 3, 96, 6
+    extra = measure.transformer_extra_terms(s, b, h, a)
+    assert (extra.masks, extra.layernorm) == (a * s * s * b + 2 * s * b * h, 8 * s * b)
+    assert extra.total == extra.masks + extra.layernorm == sum(extra.values())
+    assert extra.as_dict() == dict(extra.items()) and len(extra) == 2
+    assert extra["LayerNorm mean and rstd: 4sb·itemsize"] == 8 * s * b
+    assert measure.transformer_extra_terms(s, b, h, a, itemsize=1).masks == 0      # 1-byte masks

@@ -6,11 +6,12 @@ matplotlib.use("Agg")
 import numpy as np
 import pytest
 
-from labkit.memory import report, scenarios
+from labkit.memory import measure, report, scenarios
 from labkit.memory.measure import CheckpointResult, count_params
 from labkit.memory.plots import plot_walkthrough
 from labkit.memory.record import StepSpec
 from labkit.memory.trace import Trace
+from labkit.validate import ceil_div
 
 
 def test_model_state_rows_give_the_zero_papers_bytes_per_parameter():
@@ -31,7 +32,7 @@ def test_zero_stage_totals_match_figure_1_of_the_zero_paper():
     # Rajbhandari et al. 2020, Figure 1: Psi = 7.5B, Nd = 64, K = 12 -> 120, 31.4, 16.6, 1.9 GB
     totals = report.zero_stage_totals(7_500_000_000, "mixed", "adam", 64)
     assert [round(t / 1e9, 1) for t in totals] == [120.0, 31.4, 16.6, 1.9]
-    shard = -(-7_500_000_000 // 64)
+    shard = ceil_div(7_500_000_000, 64)
     assert totals[1] == 4 * 7_500_000_000 + 12 * shard
     assert totals[3] == 16 * shard
 
@@ -62,6 +63,8 @@ def test_block_comparison_is_fully_explained_by_the_extra_terms():
     assert c.saved == 311_616
     assert c.difference == 24_768
     assert c.unexplained == 0
+    assert c.extra == measure.transformer_extra_terms(s, b, h, a)     # as it is, not a dict
+    assert c.extra.total == c.difference
     assert c.params == c.params_formula == 12 * h * h + 13 * h
     text = report.format_block_comparison(c)
     assert "Korthikanti: 286,848 B; torch saved: 311,616 B; difference 24,768 B" in text

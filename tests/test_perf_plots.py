@@ -46,3 +46,25 @@ def test_deploy_plot_scales_latency_to_the_target():
     assert (a.get_xdata()[0], a.get_ydata()[0]) == pytest.approx((40.0, 0.5))
     assert a.get_marker() == "x" and b.get_marker() == "o"      # a too big; b fits
     assert vline.get_xdata()[0] == 30.0 and hline.get_ydata()[0] == 1.0
+
+
+def test_amdahl_plot_draws_ideal_curve_and_ceiling():
+    from labkit.perf import amdahl_curve, plot_amdahl
+    assert plot_amdahl is plots.plot_amdahl
+    curve = amdahl_curve(0.9, 16)
+    ax = plots.plot_amdahl(curve).axes[0]
+    ideal, speedup, ceiling = ax.get_lines()
+    assert list(ideal.get_ydata()) == [1, 2, 4, 8, 16]
+    np.testing.assert_allclose(speedup.get_ydata(), 1 / (0.1 + 0.9 / np.array([1, 2, 4, 8, 16])))
+    assert ceiling.get_ydata()[0] == pytest.approx(10.0)
+    assert len(plots.plot_amdahl(amdahl_curve(1.0, 16)).axes[0].get_lines()) == 2  # no ceiling
+
+
+def test_framework_rows_plot_draws_both_bars_per_row():
+    from labkit.perf.frameworks import FrameworkRow
+    rows = [FrameworkRow("numpy", 2e-4, (1e-4, 3e-4), 5e-5),
+            FrameworkRow("onnx", None, None, 1e-5)]
+    ax = plots.plot_rows(rows).axes[0]
+    widths = [p.get_width() for p in ax.patches]
+    assert widths == pytest.approx([200.0, 0.0, 50.0, 10.0])     # training bars, then inference
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["numpy", "onnx"]

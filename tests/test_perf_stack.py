@@ -33,6 +33,14 @@ def test_profiled_step_charges_every_layer_and_shows_the_tree():
     assert flops["framework"] == flops["application"] == 0.0
     assert dict((r[0], r[1]) for r in rows)["hardware"] == pytest.approx(16500.0 / 1e11)
     assert "| kernel libraries |" in stack.format_layer_table(rows)
+    step_s = prof.wall_s / prof.steps
+    assert stack.layer_share(rows, "kernel libraries") == pytest.approx(
+        prof.layer_s["kernel libraries"] / step_s)
+    assert stack.layer_share(rows, "hardware") == pytest.approx(16500.0 / 1e11 / step_s)
+    with pytest.raises(ValueError, match="layer must be one of"):
+        stack.layer_share(rows, "kernels")
+    with pytest.raises(ValueError, match="rows has no row for layer 'runtime'"):
+        stack.layer_share(rows[:2], "runtime")
 
 
 def test_simplenet_step_flops_closed_form_and_validation():
@@ -62,8 +70,12 @@ def test_in_flight_per_sm_on_the_h100():
         "bytes in flight: 1.68 MB = 12.7 kB per SM\n"
         "4-byte loads in flight: 418,750 = 3,172 per SM "
         "(an SM holds at most 2,048 resident threads)")
-    assert stack.in_flight(500e-9, "A100", bytes_per_load=8).loads == \
-        pytest.approx(500e-9 * GPUS["A100"].hbm_bandwidth / 8)
+    a100 = stack.in_flight(500e-9, "A100", bytes_per_load=8)
+    assert a100.loads == pytest.approx(500e-9 * GPUS["A100"].hbm_bandwidth / 8)
+    assert a100.bytes_per_load == 8 and r.bytes_per_load == 4
+    assert stack.format_in_flight(a100).splitlines()[1] == (
+        "8-byte loads in flight: 127,438 = 1,180 per SM "
+        "(an SM holds at most 2,048 resident threads)")
     with pytest.raises(ValueError, match="gpu must be one of"):
         stack.in_flight(500e-9, "T4")
 

@@ -1,6 +1,7 @@
 """benchmarks/ptx_report.py: its SASS reading on a hand-made listing (the toolchain itself
 is not installed for tests), and its exit without a toolchain."""
 import importlib
+import re
 import sys
 from pathlib import Path
 
@@ -196,3 +197,23 @@ def test_a_phase_counts_the_path_that_loads_not_the_shortest(pr):
     no_load = [(a, "LDS", "LDS R2, [R4]") if a == 0x30 else (a, op, t) for a, op, t in phase]
     assert [a for a, _, _ in pr.loading_path(no_load, guarded)] == [
         0x10, 0x20, 0x50, 0x60, 0x70, 0x80, 0x90]
+
+
+def test_a_load_is_what_the_ldg_column_counts(pr):
+    """LDGDEPBAR (a barrier) and LDGSTS (a copy to shared memory) start with "LDG" but are
+    not in the LDG column: the loading path and the load loop do not count them either."""
+    assert pr.is_global_load("LDG.E.128") and pr.is_global_load("LDG")
+    assert not pr.is_global_load("LDGDEPBAR") and not pr.is_global_load("LDGSTS.E.BYPASS")
+    instrs = pr.parse_sass(BRANCHED_LOAD)
+    guarded = pr.conditional(BRANCHED_LOAD)
+    phase = [x for x in instrs if 0x10 <= x[0] <= 0x90]
+    barrier = [(a, "LDGDEPBAR", "LDGDEPBAR") if a == 0x30 else (a, op, t)
+               for a, op, t in phase]
+    assert pr.mix(barrier)[0]["LDG"] == 0
+    # nothing loads on either arm now: the shorter "store 0" arm, as with no load at all
+    assert [a for a, _, _ in pr.loading_path(barrier, guarded)] == [
+        0x10, 0x20, 0x50, 0x60, 0x70, 0x80, 0x90]
+    # a loop whose only LDG-named instructions are barriers loads nothing: no load loop
+    looped = pr.parse_sass(re.sub(r"LDG\.E R\d+, desc\S+", "LDGDEPBAR", GRID_STRIDE))
+    assert [a for a, op, _ in looped if op == "LDGDEPBAR"] == [0x10, 0x50, 0x60]
+    assert pr.load_loop(looped) == looped               # the whole kernel, as with no LDG

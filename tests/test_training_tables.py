@@ -3,8 +3,11 @@ import numpy as np
 import pytest
 
 from labkit.training.inference import (DECODERS, BatchPoint, BatchSweep, dtype_facts,
-                                       kv_cache_bytes, kv_cache_rows, precision_scan)
-from labkit.training.leak import STRATEGIES, labkit_leak, leak_table, torch_leak, worst_strategy
+                                       format_dtype_facts, format_kv_cache_rows,
+                                       format_precision, kv_cache_bytes, kv_cache_rows,
+                                       precision_scan)
+from labkit.training.leak import (STRATEGIES, format_leak_table, labkit_leak, leak_table,
+                                  torch_leak, worst_strategy)
 from labkit.training.modes import ModeAccuracy, mode_rules_vs_torch
 from labkit.training.phases import labkit_phase_costs, mlp_matmul_flops, torch_phase_costs
 
@@ -52,6 +55,10 @@ def test_leak_table_rows_match_the_single_runs_and_the_worst_strategy():
         worst_strategy(rows[:3], backward=False)
     with pytest.raises(TypeError, match="backwards"):
         leak_table(2, backwards=(1,))
+    lines = format_leak_table(rows).splitlines()
+    assert len(lines) == 6 and f"labkit {first.labkit.per_step / 1024:7.1f} KiB/step" in lines[0]
+    assert lines[0] == "backward= True keep=tensor: labkit   199.8 KiB/step, torch    0.0 KiB/step"
+    assert lines[-1] == "backward=False keep=item  : labkit     0.0 KiB/step, torch    0.0 KiB/step"
 
 
 def test_dtype_facts_are_the_ieee_closed_forms():
@@ -64,6 +71,11 @@ def test_dtype_facts_are_the_ieee_closed_forms():
     assert all(d.eps == 2 * d.unit_roundoff for d in f.values())
     with pytest.raises(ValueError, match="names"):
         dtype_facts(("float8",))
+    lines = format_dtype_facts(dtype_facts()).splitlines()
+    assert lines[0] == (" float32: 32 bits, largest 3.40282e+38, eps 1.19e-07, unit roundoff "
+                        "5.96e-08 (~7.2 significant digits)")
+    assert lines[-1] == (" float16: 16 bits, largest 65504, eps 0.000977, unit roundoff "
+                         "0.000488 (~3.3 significant digits)")
 
 
 def test_precision_scan_finds_the_first_overflowing_scale():
@@ -78,6 +90,14 @@ def test_precision_scan_finds_the_first_overflowing_scale():
         scan.at(7.0)
     with pytest.raises(ValueError, match="dtype"):
         scan.first_overflow("int8")
+    lines = format_precision(scan, (1.0, 1e5)).splitlines()
+    assert len(lines) == 2 and lines[0].startswith("input scale 1: float32 max err ")
+    assert lines[0].endswith(f"float16 max err {scan.at(1.0).errors['float16'].max():.2g}, "
+                             f"overflows 0")
+    assert lines[-1].startswith("input scale 100000: float32 max err ")
+    assert lines[-1].endswith(f"overflows {scan.at(1e5).overflow['float16']}")
+    with pytest.raises(ValueError, match="scale"):
+        format_precision(scan, (7.0,))
 
 
 def test_batch_sweep_ratios_and_mode_comparison():
@@ -100,6 +120,12 @@ def test_kv_cache_rows_from_a_rule():
     assert heads["Llama-2-7B"].cache_bytes == rows["Llama-2-7B"].cache_bytes
     with pytest.raises(TypeError, match="rule"):
         kv_cache_rows(3)
+    # 7B: 2 (K, V) x 32 heads x 128 x 2 B x 32 layers = 512 KiB/token; x 2048 tokens = 1 GiB
+    lines = format_kv_cache_rows(kv_cache_rows(seq=1024, batch=2), seq=1024, batch=2).splitlines()
+    assert lines[0] == "Llama-2-7B: 512 KiB per token; batch 2 x 1024 tokens: 1.0 GiB"
+    assert lines[-1] == "Llama-2-70B: 320 KiB per token; batch 2 x 1024 tokens: 0.6 GiB"
+    with pytest.raises(ValueError, match="batch"):
+        format_kv_cache_rows(rows.values(), seq=1024, batch=0)
 
 
 def test_mode_rules_vs_torch_passes_right_rules_and_catches_wrong_ones():

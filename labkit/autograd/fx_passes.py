@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 
 def swap_modules(module, module_type, fn):
     """Trace ``module`` and replace every call of a ``module_type`` submodule by ``fn``
@@ -58,6 +56,8 @@ def dynamo_capture(fn, *inputs) -> DynamoCapture:
     No code is generated, so this takes about a second, not the tens of seconds Inductor's
     first C++ compile takes on a CPU.
     """
+    import torch
+
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {fn!r}")
     if not inputs or not all(isinstance(x, torch.Tensor) for x in inputs):
@@ -79,23 +79,6 @@ def dynamo_capture(fn, *inputs) -> DynamoCapture:
                                for gm in captured), same)
 
 
-
-class SimpleNet(torch.nn.Module):
-    """Seed 000, example 1: Linear(10, 50) → ReLU → Linear(50, 1)."""
-
-    def __init__(self):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(10, 50)
-        self.relu = torch.nn.ReLU()
-        self.fc2 = torch.nn.Linear(50, 1)
-
-    def forward(self, x):
-        x = self.fc1(x)
-        x = self.relu(x)
-        x = self.fc2(x)
-        return x
-
-
 @dataclass(frozen=True)
 class SwapResult:
     traced: str      # the graph symbolic_trace records from the module, printed
@@ -107,6 +90,7 @@ class SwapResult:
 def swap_and_compare(module, module_type, fn, x) -> SwapResult:
     """:func:`swap_modules` plus what a reader checks: the graph before, the code after,
     and whether the rewrite changed the module's output on the probe input ``x``."""
+    import torch
     import torch.fx as fx
 
     if not isinstance(x, torch.Tensor):
@@ -119,6 +103,8 @@ def swap_and_compare(module, module_type, fn, x) -> SwapResult:
 
 
 def graph_break_step(x):
+    import torch
+
     y = torch.tanh(x) * 2
     if y.sum() > 0:            # data-dependent Python control flow
         y = y + 1

@@ -88,9 +88,13 @@ def _order(graph: Graph):
     return pos.__getitem__
 
 
-def optimize(graph: Graph) -> Graph:
-    """Constant folding, then dead-code elimination, then elementwise fusion."""
-    return fuse_elementwise(eliminate_dead_code(fold_constants(graph)))
+def optimize(graph: Graph, *, dead_code=eliminate_dead_code) -> Graph:
+    """Constant folding, then dead-code elimination (``dead_code``: labkit's
+    :func:`eliminate_dead_code`, or your own pass), then elementwise fusion."""
+    if not callable(dead_code):
+        raise TypeError(f"dead_code must be a graph pass (a function), got "
+                        f"{type(dead_code).__name__}")
+    return fuse_elementwise(dead_code(fold_constants(graph)))
 
 
 PASSES = {"none": lambda g: g, "fold constants": fold_constants,

@@ -54,8 +54,10 @@ formula_exercise(
          "that is parameters + gradients only; add the optimizer's fp32 states."),
         (lambda got, n, opt: opt == "adam" and got == 12 * n,
          "Adam keeps two states per parameter (m and v), 8 bytes in fp32."),
-        (lambda got, n, opt: got == model_state_fp32(n, opt) - 4 * n,
-         "you left out the gradient: one fp32 number, 4 bytes, per parameter."),
+        # at SGD, leaving out the gradient (4n) and 2 bytes per number (8n // 2) coincide
+        (lambda got, n, opt: opt == "sgd" and got == 4 * n,
+         "you left out the gradient, or counted 2 bytes per fp32 number: SGD keeps the "
+         "parameter and its gradient, 4 bytes each."),
         (lambda got, n, opt: got in {model_state_fp32(n, opt) // k for k in (4, 2)}
          | {8 * model_state_fp32(n, opt)},
          "count bytes, 4 per fp32 number.")],

@@ -70,6 +70,7 @@ _THROUGHPUT_SHORTCUTS = [      # the step bound first: an answer without it may 
      "the cores bound leaves out the step: the training step (C) runs on the CPU too, so "
      "the cores share L + C per batch and the rate is at most cores / (L + C), not "
      "cores / L."),
+    # only a single-case check_formula test reaches this today: guards a reordering of the cases
     (lambda got, *case: _no_cores(got, *case) or _cores_share_load_only(got, *case),
      "the cores bound is missing or too loose: all the CPU work, loading (L) and the step "
      "(C), shares the cores, so the rate is at most cores / (L + C)."),

@@ -239,11 +239,14 @@ def underflow_fraction(values, fmt: str = "fp16", scale: float = 1.0) -> float:
 
 
 def overflow_fraction(values, fmt: str = "fp16", scale: float = 1.0) -> float:
-    """Share of ``values`` whose |scale · value| exceeds ``fmt``'s largest finite number
-    (they become ±inf: the step that holds them is skipped)."""
+    """Share of ``values`` whose scale · value rounds (:func:`round_to`, round to nearest
+    even) to ±inf in ``fmt``: the step that holds them is skipped. Not every value past the
+    largest finite number overflows: fp16 rounds (65504, 65520) down to 65504 (IEEE 754-2008
+    §4.3.1, §7.4: overflow when the result rounded with an unbounded exponent exceeds max)."""
     v = V.array("values", values)
     scale = V.positive("scale", scale)
-    return float(np.mean(np.abs(v) * scale > FORMATS[V.one_of("fmt", fmt, tuple(FORMATS))].max))
+    fmt = V.one_of("fmt", fmt, tuple(FORMATS))
+    return float(np.mean(np.isinf(round_to(v * scale, fmt))))
 
 
 def update_loss_scale(scale: float, found_inf: bool, good_steps: int, *,

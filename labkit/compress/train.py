@@ -14,6 +14,7 @@ import numpy as np
 
 from labkit import validate as V
 from labkit.compress.model import QuantLinear, fake_quant, magnitude_mask, structured_mask
+from labkit.memory.measure import count_params
 from labkit.perf.deploy import quantize_int8, state_bytes
 from labkit.perf.metrics import top1_accuracy
 from labkit.perf.timing import benchmark, threads
@@ -245,11 +246,6 @@ def fusion_timing(n: int = 1 << 22, repeats: int = 5, seed: int = 0) -> FusionTi
     return FusionTiming(n, c.baseline.median, c.ours.median, dict(EPILOGUE_ARRAY_TRAFFIC))
 
 
-def parameter_count(model) -> int:
-    """Number of parameters (weights and biases) of a torch model."""
-    return int(sum(p.numel() for p in model.parameters()))
-
-
 def torch_separable_params(kernel: int, in_ch: int, out_ch: int) -> int:
     """Weights of torch's depthwise (``groups=in_ch``) + pointwise (1×1) convolutions, no
     bias: the count :func:`labkit.compress.model.conv_cost` states, from torch itself."""
@@ -260,7 +256,7 @@ def torch_separable_params(kernel: int, in_ch: int, out_ch: int) -> int:
     n = V.integer("out_ch", out_ch, low=1)
     dw = torch.nn.Conv2d(m, m, k, padding=k // 2, groups=m, bias=False)
     pw = torch.nn.Conv2d(m, n, 1, bias=False)
-    return parameter_count(dw) + parameter_count(pw)
+    return count_params(dw) + count_params(pw)
 
 
 def autocast_dtypes() -> dict[str, str]:

@@ -69,7 +69,7 @@ class Diagnosis:
     best_workers: int               # the measured run with the most samples/s
     best_rate: float
     best_wait_share: float
-    bottleneck: str                 # a key of model.pipeline_bounds, at best_workers
+    bottleneck: str                 # model.bottleneck at best_workers
     cores: int
 
 

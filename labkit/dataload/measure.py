@@ -15,7 +15,7 @@ import numpy as np
 
 from labkit import validate as V
 from labkit.dataload.model import EncodedImages
-from labkit.dataload.sim import PipelineConfig
+from labkit.dataload.sim import PipelineConfig, decode_share
 
 
 @dataclass(frozen=True)
@@ -150,8 +150,8 @@ class StageCosts:
     @property
     def decode_share(self) -> float:
         """decode / (decode + augment): the share of a sample's CPU work a cache of decoded
-        pixels removes."""
-        return self.decode_s / (self.decode_s + self.augment_s)
+        pixels removes (:func:`labkit.dataload.sim.decode_share`)."""
+        return decode_share(self.decode_s, self.augment_s)
 
     def batch_load_s(self, batch_size: int) -> float:
         """CPU seconds to load a batch: batch_size × (decode + augment)."""

@@ -145,8 +145,12 @@ def pipeline_bounds(load_s: float, compute_s: float, workers: int, cores: int) -
 
 def bottleneck(load_s: float, compute_s: float, workers: int, cores: int) -> str:
     """The binding resource: the key of :func:`pipeline_bounds` with the most seconds per
-    batch (the first in that order on a tie)."""
+    batch (the first in that order on a tie); with ``workers == 0`` no resource binds alone
+    — loading and the step run one after the other (1/(L + C), :func:`steady_throughput`)
+    — so it is ``"loading and step in series"``."""
     bounds = pipeline_bounds(load_s, compute_s, workers, cores)
+    if workers == 0:
+        return "loading and step in series"
     return max(bounds, key=bounds.get)
 
 

@@ -78,6 +78,20 @@ class PipelineConfig:
         """CPU seconds to build one batch."""
         return self.batch_size * (self.decode_s + self.augment_s)
 
+    @property
+    def decode_share(self) -> float:
+        """decode / (decode + augment): see :func:`decode_share`."""
+        return decode_share(self.decode_s, self.augment_s)
+
+
+def decode_share(decode_s: float, augment_s: float) -> float:
+    """decode / (decode + augment): the share of a sample's CPU work that is decoding (what
+    a cache of decoded pixels removes); 0.5 when both are 0."""
+    decode_s = V.nonnegative("decode_s", decode_s)
+    augment_s = V.nonnegative("augment_s", augment_s)
+    total = decode_s + augment_s
+    return decode_s / total if total > 0 else 0.5
+
 
 @dataclass(frozen=True)
 class SimResult:
@@ -305,10 +319,18 @@ def sweep_workers(config: PipelineConfig, workers=(0, 1, 2, 3, 4)) -> list[SimRe
     return [simulate(config, num_workers=int(w)) for w in workers]
 
 
+def plateau_workers(rates, fraction: float = 0.97) -> int:
+    """Fewest workers whose rate reaches ``fraction`` of the best: the index of the first
+    ``rates[w] >= fraction · max(rates)``, ``rates[w]`` being samples/s with ``w`` workers
+    — where the throughput curve flattens."""
+    rates = V.array("rates", rates, ndim=1, finite=True)
+    fraction = V.fraction("fraction", fraction)
+    return int(np.argmax(rates >= fraction * rates.max()))
+
+
 def workers_to_plateau(config: PipelineConfig, max_workers: int, fraction: float = 0.97) -> int:
-    """Fewest workers (0 … ``max_workers``) whose simulated samples/s reaches ``fraction``
-    of the best rate over that range: where the throughput curve flattens."""
+    """:func:`plateau_workers` of the simulated samples/s for 0 … ``max_workers`` workers."""
     max_workers = V.integer("max_workers", max_workers, low=0, high=1024)
     fraction = V.fraction("fraction", fraction)
-    rates = np.array([r.samples_per_s for r in sweep_workers(config, range(max_workers + 1))])
-    return int(np.argmax(rates >= fraction * rates.max()))
+    rates = [r.samples_per_s for r in sweep_workers(config, range(max_workers + 1))]
+    return plateau_workers(rates, fraction)

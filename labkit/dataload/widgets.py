@@ -5,7 +5,7 @@ import numpy as np
 
 from labkit import validate as V
 from labkit.controls import checkbox, fixed, float_slider, int_slider, interactive
-from labkit.dataload.sim import PipelineConfig, simulate
+from labkit.dataload.sim import PipelineConfig, plateau_workers, simulate
 from labkit.show import show
 
 MAX_WORKERS = 32
@@ -21,7 +21,7 @@ def show_machine(cores: int, load_ms: float, compute_ms: float, accelerator: boo
     from labkit.dataload.plots import plot_throughput
 
     B = base.batch_size
-    share = base.decode_s / (base.decode_s + base.augment_s) if base.load_cpu_s else 0.5
+    share = base.decode_share
     cfg = PipelineConfig(batch_size=B, cores=cores, prefetch_factor=prefetch_factor,
                          decode_s=load_ms * 1e-3 * share / B,
                          augment_s=load_ms * 1e-3 * (1 - share) / B,
@@ -29,7 +29,7 @@ def show_machine(cores: int, load_ms: float, compute_ms: float, accelerator: boo
                          batches=max(base.batches, 60))
     workers = np.arange(max_workers + 1)
     rates = [simulate(cfg, num_workers=int(w)).samples_per_s for w in workers]
-    best = int(np.argmax(np.array(rates) >= 0.99 * max(rates)))    # fewest workers near the top
+    best = plateau_workers(rates, 0.99)    # fewest workers near the top
     print(f"{cores} cores, load {load_ms:.1f} ms/batch, step {compute_ms:.1f} ms on "
           f"{'an accelerator' if accelerator else 'the CPU'}: {max(rates):,.0f} samples/s at best, "
           f"99 % of it from num_workers={best}; the step alone allows {B / (compute_ms * 1e-3):,.0f}")

@@ -85,9 +85,12 @@ def time_matmul(variant: str, da, db, dc, want: np.ndarray, repeats: int,
 
 def torch_matmul_seconds(a: np.ndarray, repeats: int) -> float:
     """Seconds per ``torch.matmul(a, a)`` (cuBLAS) on the GPU in FP32 with TF32 off (the
-    FP32 baseline of the ladder), timed with CUDA events after one warm-up call. Raises
-    RuntimeError when the installed torch has no CUDA."""
+    FP32 baseline of the ladder), timed with CUDA events after one warm-up call
+    (:func:`labkit.perf.timing.benchmark` with ``device="cuda"``). Raises RuntimeError when
+    the installed torch has no CUDA."""
     import torch
+
+    from labkit.perf.timing import benchmark
 
     repeats = integer("repeats", repeats, low=1)
     if not torch.cuda.is_available():
@@ -98,18 +101,11 @@ def torch_matmul_seconds(a: np.ndarray, repeats: int) -> float:
     setattr(matmul, name, "ieee" if name == "fp32_precision" else False)
     try:
         ta = torch.from_numpy(a).cuda()
-        torch.matmul(ta, ta)
-        torch.cuda.synchronize()
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(repeats):
-            torch.matmul(ta, ta)
-        end.record()
-        torch.cuda.synchronize()
+        # one warm-up call, then one sample of ``repeats`` calls between two CUDA events
+        return benchmark(lambda: torch.matmul(ta, ta), repeats=1, warmup=1, number=repeats,
+                         device="cuda").best
     finally:
         setattr(matmul, name, before)           # the caller's TF32 setting, as it was
-    return start.elapsed_time(end) / 1e3 / repeats
 
 
 def measure_ladder(n: int = 2048, repeats: int = 3, seed: int = 0) -> dict:
@@ -145,14 +141,21 @@ a PCIe or NVL card of the same chip has a lower clock, power and often HBM bandw
 (NVIDIA H100 data sheet: SXM 67 TFLOP/s FP32 and 3.35 TB/s, PCIe 51 and 2 TB/s)."""
 
 
+SAME_SHEET_MEMORY_GB = {"V100": ("16", "32")}
+"""Memory sizes one data sheet covers with the same numbers: NVIDIA Tesla V100 data sheet,
+V100 SXM2 "32/16 GB HBM2", both 900 GB/s and 15.7 TFLOP/s FP32. Any other key: its sheet's
+size only (NVIDIA A100 data sheet: the 40 GB SXM4 has 1,555 GB/s, the 80 GB 2,039)."""
+
+
 def hardware_key(name: str, default: str | None = None) -> str | None:
     """The :mod:`labkit.hardware` key (V100, A100, H100, H200) whose data sheet describes a
     device ``name`` such as "NVIDIA H100 80GB HBM3", or ``default`` when none does.
 
     The key must stand as a word ("GH200", a Grace Hopper superchip, is not an "H200"); a
     name with a word of :data:`OTHER_FORM_FACTORS` ("NVIDIA H100 PCIe", "NVIDIA H100 NVL")
-    or a memory size other than the sheet's ("NVIDIA A100-SXM4-40GB": 1.56 TB/s, not the
-    80 GB card's 2.04) is another board, for which the SXM sheet's numbers are wrong."""
+    or a memory size the sheet does not cover (:data:`SAME_SHEET_MEMORY_GB`;
+    "NVIDIA A100-SXM4-40GB": 1.555 TB/s, not the 80 GB card's 2.039) is another board, for
+    which the SXM sheet's numbers are wrong; "Tesla V100-SXM2-16GB" is the 32 GB sheet's."""
     import re
 
     from labkit.hardware import GPUS
@@ -166,7 +169,8 @@ def hardware_key(name: str, default: str | None = None) -> str | None:
             continue
         sheet = re.search(r"(\d+)\s*GB", gpu.name.upper())
         size = re.search(r"(\d+)\s*GB", upper)
-        if size and sheet and size[1] != sheet[1]:
+        covered = SAME_SHEET_MEMORY_GB.get(key, (sheet[1],) if sheet else ())
+        if size and sheet and size[1] not in covered:
             return default
         return key
     return default

@@ -21,7 +21,8 @@ from labkit.hardware import KB, MAX_THREADS_PER_BLOCK, WARP_SIZE, sm_limits
 from labkit.kernels import library as lib
 from labkit.kernels import ops, plots
 from labkit.kernels.analysis import summarize
-from labkit.kernels.models import LADDER, ROOFLINE_KERNELS, kernel_cost, predict_matmul
+from labkit.kernels.models import (LADDER, LADDER_GPUS, ROOFLINE_KERNELS, kernel_cost,
+                                   predict_matmul)
 from labkit.kernels.occupancy import GPUS as SM_GPUS
 from labkit.kernels.occupancy import occupancy, occupancy_sweep
 from labkit.kernels.roofline import PRECISIONS, PRESETS, hardware
@@ -31,7 +32,6 @@ from labkit.show import show
 
 REDUCTION_VARIANTS = ("interleaved", "strided", "shared", "warp", "fast")
 REDUCTION_BLOCKS = (32, 64, 128)
-LADDER_GPUS = ("A100", "H100", "H200")
 DISTRIBUTIONS = ("uniform", "normal")
 # each range is stated once, for the view's check and the builder's slider
 REDUCTION_N = (1, 512)

@@ -148,16 +148,17 @@ class ExtraTerms(Mapping):
         "masks": "dropout masks in the activation dtype: (as²b + 2sbh)·(itemsize-1)",
         "layernorm": "LayerNorm mean and rstd: 4sb·itemsize",
     }
+    _FIELDS: ClassVar[dict[str, str]] = {label: name for name, label in LABELS.items()}
 
     @property
     def total(self) -> int:
         return self.masks + self.layernorm
 
     def as_dict(self) -> dict[str, int]:
-        return {label: getattr(self, name) for name, label in self.LABELS.items()}
+        return dict(self.items())
 
     def __getitem__(self, label: str) -> int:
-        return self.as_dict()[label]
+        return getattr(self, self._FIELDS[label])
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.LABELS.values())

@@ -19,6 +19,7 @@ from labkit.memory.constants import format_size
 from labkit.memory.estimator import (
     OPTIMIZERS, PRECISIONS, activation_bytes_per_layer, activation_terms, model_state_bytes,
 )
+from labkit.memory.measure import ExtraTerms
 from labkit.validate import integer
 
 
@@ -60,7 +61,7 @@ class BlockComparison:
     terms: dict[str, int]          # Korthikanti's terms (activation_terms)
     paper: float                   # their sum, sbh(34 + 5as/h)
     saved: int                     # bytes torch saved for backward
-    extra: dict[str, int]          # what torch saves beyond the paper, by cause
+    extra: ExtraTerms              # what torch saves beyond the paper, by cause
     params: int                    # parameters of the torch block
     params_formula: int            # 12h² + 13h
 
@@ -71,7 +72,7 @@ class BlockComparison:
     @property
     def unexplained(self) -> float:
         """Bytes of the difference that no extra term accounts for (0 when fully explained)."""
-        return self.difference - sum(self.extra.values())
+        return self.difference - self.extra.total
 
 
 def compare_block_activations(seq: int, batch: int, hidden: int, heads: int) -> BlockComparison:
@@ -84,7 +85,7 @@ def compare_block_activations(seq: int, batch: int, hidden: int, heads: int) -> 
         terms=activation_terms(s, b, h, a),
         paper=activation_bytes_per_layer(s, b, h, a),
         saved=measure.transformer_block_saved(s, b, h, a).total_bytes,
-        extra=dict(measure.transformer_extra_terms(s, b, h, a).items()),
+        extra=measure.transformer_extra_terms(s, b, h, a),
         params=measure.count_params(measure.make_transformer_block(h, a)),
         params_formula=measure.transformer_block_params(h))
 

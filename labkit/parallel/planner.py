@@ -317,8 +317,8 @@ class Table1Check:
     """One row of SC'21 Table 1 against this planner: the published (t, p) plan ``mine`` in
     the paper's search space (full recomputation, no ZeRO) — its ``rank`` among the
     ``pairs`` (t, p) pairs ordered by their best plan, its step time over the fastest plan's
-    (``time_vs_best``), and its estimated % of peak (``hfu``, recomputation counted, the
-    paper's measure) beside the published ``pub["peak_percent"]``."""
+    (``time_vs_best``), and its estimated % of peak (``mine.hfu``, recomputation counted,
+    the paper's measure) beside the published ``pub["peak_percent"]``."""
     model: GPTModel
     pub: dict
     mine: Plan | None

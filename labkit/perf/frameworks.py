@@ -298,23 +298,3 @@ def format_rows(rows: list[FrameworkRow], measured_here: str = "") -> str:
         inf = "-" if r.infer_s is None else f"{r.infer_s * 1e6:.0f}"
         lines.append(f"| {r.name} | {tr} | {xs} | {inf} | {xi} | {r.note} |")
     return "\n".join(lines)
-
-
-def plot_rows(rows: list[FrameworkRow], ax=None):
-    """Horizontal bars: training step and inference time per implementation (log scale)."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7, 3.2))
-    names = [r.name for r in rows]
-    ys = np.arange(len(rows))
-    tr = [r.train_s * 1e6 if r.train_s else 0 for r in rows]
-    inf = [r.infer_s * 1e6 if r.infer_s else 0 for r in rows]
-    ax.barh(ys - 0.2, tr, 0.4, label="training step")
-    ax.barh(ys + 0.2, inf, 0.4, label="inference (batch 64)")
-    ax.set_yticks(ys, names)
-    ax.set_xscale("log")
-    ax.set_xlabel("µs (median, log scale)")
-    ax.legend(fontsize=8)
-    ax.grid(True, axis="x", which="both", alpha=0.3)
-    return ax.figure

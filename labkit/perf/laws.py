@@ -73,21 +73,3 @@ def amdahl_curve(parallel_fraction: float, max_workers: int = 1024) -> AmdahlCur
         raise ValueError(f"max_workers must be in [1, 1048576], got {max_workers}")
     n = 2 ** np.arange(int(np.log2(max_workers)) + 1)
     return AmdahlCurve(float(parallel_fraction), n, amdahl_speedup(parallel_fraction, n))
-
-
-def plot_amdahl(curve: AmdahlCurve, ax=None):
-    """Speedup against workers on log-log axes, with the ideal line and the ceiling."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-    ax.loglog(curve.workers, curve.workers, "--", color="0.6", label="ideal: S = n")
-    ax.loglog(curve.workers, curve.speedup, "o-", label=f"p = {curve.parallel_fraction:.2f}")
-    if np.isfinite(curve.ceiling):
-        ax.axhline(curve.ceiling, color="C3", lw=1, label=f"ceiling 1/(1-p) = {curve.ceiling:.3g}")
-    ax.set_xlabel("workers n")
-    ax.set_ylabel("speedup S(n)")
-    ax.set_title(f"Amdahl's law: S({curve.workers[-1]}) = {curve.speedup[-1]:.3g}")
-    ax.legend(loc="upper left", fontsize=8)
-    ax.grid(True, which="both", alpha=0.3)
-    return ax.figure

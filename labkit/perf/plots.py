@@ -1,6 +1,8 @@
-"""Plots of chapters 01 and 12: each takes a result and draws it (no computation beyond
+"""Plots of chapters 00, 01 and 12: each takes a result and draws it (no computation beyond
 layout); the widgets in :mod:`labkit.perf.widgets` call them."""
 from __future__ import annotations
+
+import numpy as np
 
 
 def plot_cnn_batch(curve, point, cpu_runs=(), gpu: str = "", ax=None):
@@ -59,4 +61,44 @@ def plot_deploy(results, budget, ax=None):
     ax.set_yscale("log")
     ax.margins(x=0.08, y=0.2)               # room for the markers at the extremes
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    return ax.figure
+
+
+def plot_amdahl(curve, ax=None):
+    """Speedup against workers on log-log axes, with the ideal line and the ceiling
+    (``curve``: :func:`labkit.perf.laws.amdahl_curve`)."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.6))
+    ax.loglog(curve.workers, curve.workers, "--", color="0.6", label="ideal: S = n")
+    ax.loglog(curve.workers, curve.speedup, "o-", label=f"p = {curve.parallel_fraction:.2f}")
+    if np.isfinite(curve.ceiling):
+        ax.axhline(curve.ceiling, color="C3", lw=1, label=f"ceiling 1/(1-p) = {curve.ceiling:.3g}")
+    ax.set_xlabel("workers n")
+    ax.set_ylabel("speedup S(n)")
+    ax.set_title(f"Amdahl's law: S({curve.workers[-1]}) = {curve.speedup[-1]:.3g}")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    return ax.figure
+
+
+def plot_rows(rows, ax=None):
+    """Horizontal bars: training step and inference time per implementation (log scale);
+    ``rows``: :class:`labkit.perf.frameworks.FrameworkRow`."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.2))
+    names = [r.name for r in rows]
+    ys = np.arange(len(rows))
+    tr = [r.train_s * 1e6 if r.train_s else 0 for r in rows]
+    inf = [r.infer_s * 1e6 if r.infer_s else 0 for r in rows]
+    ax.barh(ys - 0.2, tr, 0.4, label="training step")
+    ax.barh(ys + 0.2, inf, 0.4, label="inference (batch 64)")
+    ax.set_yticks(ys, names)
+    ax.set_xscale("log")
+    ax.set_xlabel("µs (median, log scale)")
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="x", which="both", alpha=0.3)
     return ax.figure

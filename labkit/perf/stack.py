@@ -295,6 +295,16 @@ def layer_table(profile: StepProfile, flops: float, peak: float) -> list[tuple]:
     return out
 
 
+def layer_share(rows, layer: str) -> float:
+    """The share of the step (third column) of ``layer``'s row in :func:`layer_table`'s
+    ``rows``."""
+    layer = v.one_of("layer", layer, LAYERS)
+    for r in rows:
+        if r[0] == layer:
+            return float(r[2])
+    raise ValueError(f"rows has no row for layer {layer!r}: pass layer_table's rows")
+
+
 def format_layer_table(rows) -> str:
     """Markdown table of :func:`layer_table` rows."""
     lines = ["| layer | µs per step | share of step | FLOPs | what it adds |",
@@ -328,6 +338,7 @@ class InFlight:
     loads: float                  # bytes / bytes_per_load
     sm_count: int
     max_threads_per_sm: int       # labkit.hardware.sm_limits (CUDA C++ Programming Guide)
+    bytes_per_load: int = 4       # the width of one load: loads = bytes / bytes_per_load
 
     @property
     def bytes_per_sm(self) -> float:
@@ -344,16 +355,19 @@ def in_flight(latency_s: float, gpu: str = DEFAULT_GPU, bytes_per_load: int = 4)
     from labkit.hardware import gpu as sheet, sm_limits
 
     g = sheet(gpu)
+    bytes_per_load = v.integer("bytes_per_load", bytes_per_load, low=1)
     return InFlight(g.key, v.positive("latency_s", latency_s),
                     bytes_in_flight(latency_s, g.hbm_bandwidth),
                     loads_in_flight(latency_s, g.hbm_bandwidth, bytes_per_load), g.sm_count,
-                    sm_limits(g.key).max_threads_per_sm)
+                    sm_limits(g.key).max_threads_per_sm, bytes_per_load)
 
 
 def format_in_flight(r: InFlight) -> str:
-    """Chapter 01's two lines: bytes and 4-byte loads in flight, in total and per SM."""
+    """Chapter 01's two lines: bytes and ``bytes_per_load``-byte loads in flight, in total
+    and per SM."""
     return (f"bytes in flight: {r.bytes / 1e6:.2f} MB = {r.bytes_per_sm / 1e3:.1f} kB per SM\n"
-            f"4-byte loads in flight: {r.loads:,.0f} = {r.loads_per_sm:,.0f} per SM "
+            f"{r.bytes_per_load}-byte loads in flight: {r.loads:,.0f} = {r.loads_per_sm:,.0f} "
+            f"per SM "
             f"(an SM holds at most {r.max_threads_per_sm:,} resident threads)")
 
 

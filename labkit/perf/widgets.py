@@ -12,7 +12,8 @@ GPU_KEYS = tuple(PRESETS)
 # ------------------------------------------------------------------ chapter 00
 def show_amdahl(parallel_fraction: float, max_workers: int) -> None:
     """Amdahl's curve for parallel share ``parallel_fraction`` up to ``max_workers``."""
-    from labkit.perf.laws import amdahl_curve, plot_amdahl
+    from labkit.perf.laws import amdahl_curve
+    from labkit.perf.plots import plot_amdahl
 
     curve = amdahl_curve(parallel_fraction, max_workers)
     print(f"p = {parallel_fraction:.2f}: S({curve.workers[-1]}) = {curve.speedup[-1]:.3g}, "

@@ -178,6 +178,17 @@ def precision_scan(scales=(1.0, 10.0, 100.0, 1e3, 1e4, 1e5), **kwargs) -> Precis
     return PrecisionScan(scales, tuple(precision_effect(scale=s, **kwargs) for s in scales))
 
 
+def format_precision(scan: PrecisionScan, scales) -> str:
+    """One line per input scale in ``scales`` (each one of ``scan.scales``): each format's
+    largest error against float64 and its count of non-finite outputs."""
+    lines = []
+    for scale in scales:
+        r = scan.at(scale)
+        lines.append(f"input scale {scale:g}: " + "; ".join(
+            f"{k} max err {r.errors[k].max():.2g}, overflows {r.overflow[k]}" for k in r.errors))
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class DtypeFacts:
     name: str
@@ -201,6 +212,13 @@ def dtype_facts(names=DTYPES) -> tuple[DtypeFacts, ...]:
         out.append(DtypeFacts(name, fi.bits, float(fi.max), float(fi.eps), u,
                               float(-np.log10(u))))
     return tuple(out)
+
+
+def format_dtype_facts(facts) -> str:
+    """One line per :class:`DtypeFacts`: bits, largest value, eps, unit roundoff, digits."""
+    return "\n".join(f"{f.name:>8}: {f.bits} bits, largest {f.max:.6g}, eps {f.eps:.3g}, "
+                     f"unit roundoff {f.unit_roundoff:.3g} (~{f.digits:.1f} significant digits)"
+                     for f in facts)
 
 
 def copy_model(model, dtype):
@@ -277,6 +295,15 @@ def kv_cache_rows(rule=None, seq: int = 4096, batch: int = 8, dtype_bytes: int =
         per_token = int(rule(m.n_heads, m.n_kv_heads, m.head_dim, dtype_bytes)) * m.layers
         rows.append(KVCacheRow(name, per_token, per_token * seq * batch))
     return tuple(rows)
+
+
+def format_kv_cache_rows(rows, seq: int, batch: int) -> str:
+    """One line per :class:`KVCacheRow` of :func:`kv_cache_rows` (made with ``seq`` tokens and
+    ``batch`` sequences): KiB per token and GiB for the whole cache."""
+    seq = integer("seq", seq, low=0)
+    batch = integer("batch", batch, low=1)
+    return "\n".join(f"{row.model}: {row.per_token_bytes / 1024:.0f} KiB per token; batch "
+                     f"{batch} x {seq} tokens: {row.cache_bytes / 2**30:.1f} GiB" for row in rows)
 
 
 def torch_kv_cache_bytes(n_heads: int = 8, n_kv_heads: int = 2, head_dim: int = 16,

@@ -133,6 +133,13 @@ def leak_table(steps: int = 5, backwards=(True, False)) -> tuple[LeakRow, ...]:
                  for b in backwards for s in STRATEGIES)
 
 
+def format_leak_table(rows) -> str:
+    """One line per row of :func:`leak_table`: KiB per step the list keeps, in each engine."""
+    return "\n".join(f"backward={r.backward!s:>5} keep={r.strategy:<6}: labkit "
+                     f"{r.labkit.per_step / 1024:7.1f} KiB/step, torch "
+                     f"{r.torch.per_step / 1024:6.1f} KiB/step" for r in rows)
+
+
 def worst_strategy(rows, engine: str = "torch", backward: bool = False) -> str:
     """The strategy whose list keeps the most bytes per step, among ``rows`` of
     :func:`leak_table` with this ``backward``, as measured by ``engine``."""
