@@ -14,6 +14,8 @@ parallel loop suffers most when one of its threads is descheduled.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 import labkit  # noqa: F401  (simulator selection before numba)
@@ -54,9 +56,9 @@ def _gpu_rows(rng: np.random.Generator) -> list[Row]:
     import gpu_check
     from numba import cuda
 
-    from labkit import hardware
     from labkit.kernels import library as lib
     from labkit.kernels import ops
+    from labkit.kernels.models import predict_reduction
     from labkit.kernels.numba_run import compiled
     from labkit.kernels.timing import (device_name, event_seconds, hardware_key, time_matmul,
                                        torch_matmul_seconds)
@@ -75,7 +77,7 @@ def _gpu_rows(rng: np.random.Generator) -> list[Row]:
         ref = torch_matmul_seconds(a, 5)
         rows.append(Row(label, run.seconds, ref, "torch.matmul (cuBLAS, TF32 off)",
                         goal=f">= {gpu_check.MATMUL_GOAL:g}x"))
-    except Exception:  # no CUDA torch: report the kernel alone
+    except (ImportError, RuntimeError):  # no (CUDA) torch: report the kernel alone
         rows.append(Row(label, run.seconds))
     if key is not None:
         size = 2 ** 28
@@ -84,8 +86,14 @@ def _gpu_rows(rng: np.random.Generator) -> list[Row]:
         blocks = ops.fast_reduction_blocks(size, 256, "numba")
         red = compiled(lib.reduce_fast(256))
         secs = event_seconds(lambda: red[blocks, 256](x, out), 10)
-        rows.append(Row("kernels: reduce_fast 2^28 float32 (GPU)", secs,
-                        4.0 * size / hardware.gpu(key).hbm_bandwidth,
+        out.copy_to_device(np.zeros(1, np.float32))              # one checked run
+        red[blocks, 256](x, out)
+        cuda.synchronize()
+        want = float(x.copy_to_host().astype(np.float64).sum())
+        label = "kernels: reduce_fast 2^28 float32 (GPU)"
+        if not math.isclose(float(out.copy_to_host()[0]), want, rel_tol=1e-4):
+            label += " WRONG RESULT"
+        rows.append(Row(label, secs, predict_reduction(size, key),
                         f"{key} HBM peak (data sheet)",
                         goal=f">= {gpu_check.REDUCTION_GOAL:g}x"))
     return rows

@@ -210,3 +210,7 @@ def test_sweep_overheads_are_relative_to_work_and_best():
     assert sw.excess_over_best(sw.intervals[0]) == pytest.approx(
         sw.simulated[0] / sw.simulated[best] - 1)
     assert np.all(sw.overhead > 0)     # checkpoints and failures only add time
+    assert sw.overhead_at(sw.intervals[2]) == pytest.approx(sw.overhead[2])   # on the grid
+    mid = np.sqrt(sw.intervals[1] * sw.intervals[2])                        # between points
+    assert sw.overhead_at(mid) == pytest.approx(
+        np.interp(mid, sw.intervals, sw.simulated) / (10 * 3600) - 1)

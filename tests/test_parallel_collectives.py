@@ -203,6 +203,7 @@ def test_uniform_vectors_round_down_to_equal_chunks():
         [250_000, 249_984, 250_000, 249_984]
     v = uniform_vectors(3, 100)
     assert len(v) == 3 and v[0].dtype == np.float32 and len(v[0]) == 96
+    assert v[0] is not v[1]        # an in-place all-reduce must not see one array three times
     with pytest.raises(ValueError, match="elements"):
         uniform_vectors(8, 10)
     with pytest.raises(ValueError, match="world"):

@@ -159,6 +159,10 @@ class Sweep:
         """Simulated wall time over the work, minus 1, per interval of the grid."""
         return self.simulated / self.work - 1
 
+    def overhead_at(self, tau: float) -> float:
+        """Simulated wall time over the work, minus 1, at ``tau`` (interpolated on the grid)."""
+        return self.simulated_at(tau) / self.work - 1
+
     def excess_over_best(self, tau: float) -> float:
         """How much longer the run is at ``tau`` than at the grid's simulated best (a share)."""
         return self.simulated_at(tau) / float(self.simulated.min()) - 1

@@ -8,9 +8,9 @@ good steps; ``growth_interval`` consecutive good steps multiply S by 2.
 
 The gradients are a stated model, not a network: the largest |gradient| of step t is
 g_t = ``grad_median`` · exp(σ·z_t), z_t ~ N(0, 1) drawn from ``numpy.random.default_rng(seed)``
-(log-normal, median ``grad_median``). Step t overflows when the scaled gradient g_t · S
-exceeds the largest finite number of the format (fp16: 65504, IEEE 754 binary16; a
-simplification, as round-to-nearest sends only values from 65520 up to inf): the gradients
+(log-normal, median ``grad_median``). Step t overflows when the scaled gradient g_t · S,
+rounded to the format (:func:`labkit.compress.model.round_to`), is inf (fp16: from 65520 up,
+as round-to-nearest sends 65504 < x < 65520 down to 65504, IEEE 754 binary16): the gradients
 then hold an inf, which ``GradScaler`` detects, and it skips the step (Micikevicius et al.,
 *Mixed Precision Training*, ICLR 2018, §3.2, on loss scaling and skipping updates that
 overflow).
@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from labkit import validate as v
-from labkit.compress.model import FORMATS, update_loss_scale
+from labkit.compress.model import FORMATS, round_to, update_loss_scale
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def simulate(steps: int = 400, growth_interval: int = 50, init_scale: float = 2.
     scale = v.positive("init_scale", init_scale)
     grad_median = v.positive("grad_median", grad_median)
     grad_sigma = v.nonnegative("grad_sigma", grad_sigma)
-    limit = FORMATS[v.one_of("fmt", fmt, tuple(FORMATS))].max
+    fmt = v.one_of("fmt", fmt, tuple(FORMATS))
     seed = v.integer("seed", seed, low=0)
     if update is None:
         update = gradscaler_step
@@ -81,7 +81,8 @@ def simulate(steps: int = 400, growth_interval: int = 50, init_scale: float = 2.
     scales = np.empty(steps)
     good = 0
     for t in range(steps):
-        scale, good, skip = update(scale, bool(grad_max[t] * scale > limit), good,
+        found_inf = bool(np.isinf(round_to(grad_max[t] * scale, fmt)))
+        scale, good, skip = update(scale, found_inf, good,
                                    growth_interval)
         skipped[t], scales[t] = skip, scale
     return LossScaleRun(grad_max, skipped, scales, float(init_scale))

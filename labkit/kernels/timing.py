@@ -138,13 +138,13 @@ def device_name() -> str:
 OTHER_FORM_FACTORS = ("PCIE", "NVL")
 """Words of a device name that mark another board than labkit.hardware's SXM data sheets:
 a PCIe or NVL card of the same chip has a lower clock, power and often HBM bandwidth
-(NVIDIA H100 data sheet: SXM 67 TFLOP/s FP32 and 3.35 TB/s, PCIe 51 and 2 TB/s)."""
+(NVIDIA H100 data sheet: the PCIe card's FP32 rate and bandwidth are below the SXM's)."""
 
 
 SAME_SHEET_MEMORY_GB = {"V100": ("16", "32")}
 """Memory sizes one data sheet covers with the same numbers: NVIDIA Tesla V100 data sheet,
-V100 SXM2 "32/16 GB HBM2", both 900 GB/s and 15.7 TFLOP/s FP32. Any other key: its sheet's
-size only (NVIDIA A100 data sheet: the 40 GB SXM4 has 1,555 GB/s, the 80 GB 2,039)."""
+V100 SXM2 "32/16 GB HBM2", one column of numbers for both. Any other key: its sheet's size
+only (NVIDIA A100 data sheet: the 40 GB SXM4 has less HBM bandwidth than the 80 GB)."""
 
 
 def hardware_key(name: str, default: str | None = None) -> str | None:

@@ -475,7 +475,7 @@ def uniform_vectors(world: int, elements: int, multiple: int = 8) -> list[np.nda
     p = V.integer("world", world, low=1)
     k = V.integer("multiple", multiple, low=1) * p
     n = V.integer("elements", elements, low=k) // k * k
-    return [np.ones(n, dtype=np.float32)] * p
+    return [np.ones(n, dtype=np.float32) for _ in range(p)]     # p arrays, not one p times
 
 
 def compare_allreduce(data: Sequence[np.ndarray], *, alpha: float = 0.0, beta: float = 0.0,

@@ -8,20 +8,20 @@ from __future__ import annotations
 from dataclasses import replace
 
 from labkit.controls import dropdown, fixed, float_slider, int_slider, interactive
-from labkit.parallel.planner import GPTModel, table1_models
+from labkit.parallel.planner import GPT3, table1_models
 from labkit.show import show
 
-_TABLE1 = {pub["params_b"]: m for m, _, pub in table1_models()}
+_T1 = [m for m, _, _ in table1_models()]      # Table 1's ten rows, in the paper's order
 MODELS = {   # the planner's models: rows of Narayanan et al. SC'21 Table 1, and GPT-3
-    "GPT 1.7B (Table 1)": _TABLE1[1.7],
-    "GPT 7.5B (Table 1)": _TABLE1[7.5],
-    "GPT 39.1B (Table 1)": _TABLE1[39.1],
-    # Brown et al. 2020, Table 2.1: 96 layers, d_model 12288, 96 heads, 3.2M-token batches
-    "GPT-3 175B (Brown et al. 2020)": GPTModel(96, 12288, 96, batch=1536),
-    "GPT 529.6B (Table 1)": _TABLE1[529.6],
-    "GPT 1T (Table 1)": _TABLE1[1008.0],
+    "GPT 1.7B (Table 1)": _T1[0],
+    "GPT 7.5B (Table 1)": _T1[2],
+    "GPT 39.1B (Table 1)": _T1[4],
+    "GPT-3 175B (Brown et al. 2020)": GPT3,
+    "GPT 529.6B (Table 1)": _T1[8],
+    "GPT 1T (Table 1)": _T1[9],
 }
 PLANNER_GPUS = ("A100", "H100", "H200")
+GPUS_PER_NODE = 8     # a DGX A100 node, as on Selene (Narayanan et al. SC'21)
 
 
 def show_schedule(stages: int, microbatches: int, kind: str, chunks: int,
@@ -79,12 +79,14 @@ def zero_widget(log10_params: float = 9.0, dp: int = 8):
 
 
 def show_plans(nodes: int, model: str, gpu: str, top: int = 8) -> None:
-    """Plan ``model`` on ``nodes`` × 8 GPUs: print the best plans and why the others fail."""
+    """Plan ``model`` on ``nodes`` × :data:`GPUS_PER_NODE` GPUs: print the best plans and
+    why the others fail."""
     from labkit.parallel.mp_plots import plot_plans
     from labkit.parallel.planner import cluster, plan
     gm = replace(MODELS[model], name=model)
-    ps = plan(gm, cluster(gpu, nodes * 8, 8))
-    print(f"{model}: {gm.params / 1e9:.1f}B parameters, batch {gm.batch}, on {nodes * 8} × {gpu}: "
+    cl = cluster(gpu, nodes * GPUS_PER_NODE, GPUS_PER_NODE)
+    ps = plan(gm, cl)
+    print(f"{model}: {gm.params / 1e9:.1f}B parameters, batch {gm.batch}, on {cl.gpus} × {gpu}: "
           f"{len(ps.ranked)} plans fit, {len(ps.rejected)} rejected")
     for reason, count in sorted(ps.reasons().items(), key=lambda kv: -kv[1]):
         print(f"  rejected ({reason}): {count}")
@@ -99,9 +101,10 @@ def show_plans(nodes: int, model: str, gpu: str, top: int = 8) -> None:
 
 def planner_widget(nodes: int = 16, model: str = "GPT-3 175B (Brown et al. 2020)",
                    gpu: str = "A100"):
-    """Nodes of 8 GPUs (first slider), model and GPU → ranked plans and rejections."""
+    """Nodes of :data:`GPUS_PER_NODE` GPUs (first slider), model and GPU → ranked plans
+    and rejections."""
     return interactive(show_plans,
-                       nodes=int_slider("nodes", nodes, 1, 512, "nodes (×8 GPUs)"),
+                       nodes=int_slider("nodes", nodes, 1, 512, f"nodes (×{GPUS_PER_NODE} GPUs)"),
                        model=dropdown("model", model, MODELS, "model"),
                        gpu=dropdown("gpu", gpu, PLANNER_GPUS, "GPU"),
                        top=fixed(8))

@@ -301,6 +301,11 @@ def plan(model: GPTModel, cl: Cluster, *, efficiency: float = DEFAULT_EFFICIENCY
     return PlanSet(model, cl, tuple(ok), tuple(bad))
 
 
+# Brown et al. 2020 ("Language Models are Few-Shot Learners"), Table 2.1: GPT-3 175B has 96
+# layers, d_model 12288, 96 heads and batches of 3.2M tokens (1536 sequences of 2048)
+GPT3 = GPTModel(96, 12288, 96, batch=1536, name="GPT-3 175B")
+
+
 def table1_models() -> list[tuple[GPTModel, Cluster, dict]]:
     """Table 1's rows as (model, Selene-like cluster, published numbers)."""
     out = []

@@ -335,10 +335,13 @@ class InFlight:
     gpu: str
     latency_s: float
     bytes: float                  # latency × bandwidth
-    loads: float                  # bytes / bytes_per_load
     sm_count: int
     max_threads_per_sm: int       # labkit.hardware.sm_limits (CUDA C++ Programming Guide)
-    bytes_per_load: int = 4       # the width of one load: loads = bytes / bytes_per_load
+    bytes_per_load: int = 4       # the width of one load
+
+    @property
+    def loads(self) -> float:
+        return self.bytes / self.bytes_per_load
 
     @property
     def bytes_per_sm(self) -> float:
@@ -350,15 +353,14 @@ class InFlight:
 
 
 def in_flight(latency_s: float, gpu: str = DEFAULT_GPU, bytes_per_load: int = 4) -> InFlight:
-    """:func:`bytes_in_flight` and :func:`loads_in_flight` at ``gpu``'s HBM bandwidth
+    """:func:`bytes_in_flight` (and so :func:`loads_in_flight`) at ``gpu``'s HBM bandwidth
     (:mod:`labkit.hardware`), with its SM count and resident-thread limit."""
     from labkit.hardware import gpu as sheet, sm_limits
 
     g = sheet(gpu)
     bytes_per_load = v.integer("bytes_per_load", bytes_per_load, low=1)
     return InFlight(g.key, v.positive("latency_s", latency_s),
-                    bytes_in_flight(latency_s, g.hbm_bandwidth),
-                    loads_in_flight(latency_s, g.hbm_bandwidth, bytes_per_load), g.sm_count,
+                    bytes_in_flight(latency_s, g.hbm_bandwidth), g.sm_count,
                     sm_limits(g.key).max_threads_per_sm, bytes_per_load)
 
 
@@ -563,13 +565,17 @@ def predict_cnn(batch: int, gpu: str = DEFAULT_GPU, precision: str = "fp32",
                   f"roofline prediction from the {gpu} data sheet, {precision}")
 
 
+def _batches(batches) -> tuple[int, ...]:
+    """A non-empty tuple or list of batch sizes, each an integer >= 1."""
+    if not isinstance(batches, (tuple, list)) or not batches:
+        raise ValueError(f"batches must be a non-empty tuple of batch sizes, got {batches!r}")
+    return tuple(v.integer("batch", b, low=1) for b in batches)
+
+
 def predict_cnn_curve(gpu: str = DEFAULT_GPU, launch_s: float = 0.0,
                       batches=CURVE_BATCHES) -> tuple[CnnRun, ...]:
     """:func:`predict_cnn` (fp32) at each of ``batches``: the predicted throughput curve."""
-    if not isinstance(batches, (tuple, list)) or not batches:
-        raise ValueError(f"batches must be a non-empty tuple of batch sizes, got {batches!r}")
-    return tuple(predict_cnn(v.integer("batch", b, low=1), gpu, launch_s=launch_s)
-                 for b in batches)
+    return tuple(predict_cnn(b, gpu, launch_s=launch_s) for b in _batches(batches))
 
 
 @dataclass(frozen=True)
@@ -627,9 +633,7 @@ def seed_experiment1(batches=(8, 32, 128), cpu_peak: float | None = None, cpu_st
     launch (:data:`MEASURED_LAUNCH_S`) per operator: a prediction, and labelled so."""
     import torch
 
-    if not isinstance(batches, (tuple, list)) or not batches:
-        raise ValueError(f"batches must be a non-empty tuple of batch sizes, got {batches!r}")
-    batches = tuple(v.integer("batch", b, low=1) for b in batches)
+    batches = _batches(batches)
     cpu_steps = v.integer("cpu_steps", cpu_steps, low=1)
     gpu_steps = v.integer("gpu_steps", gpu_steps, low=1)
     if cpu_peak is None:

@@ -64,29 +64,14 @@ def labkit_phase_costs(sizes=(64, 256, 256, 10), batch: int = 64, seed: int = 0)
                       sum(int(p.data.nbytes) for p in model.parameters()))
 
 
-def torch_saved_bytes(fn, params=()) -> int:
-    """Bytes of distinct tensors autograd saves while ``fn()`` runs (storages of ``params``
-    excluded), seen through ``torch.autograd.graph.saved_tensors_hooks``."""
-    import torch
-
-    skip = {p.untyped_storage().data_ptr() for p in params}
-    seen: dict[int, int] = {}
-
-    def pack(t):
-        s = t.untyped_storage()
-        if s.data_ptr() not in skip:
-            seen[s.data_ptr()] = s.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return int(sum(seen.values()))
-
-
 def torch_phase_costs(sizes=(64, 256, 256, 10), batch: int = 64, seed: int = 0) -> PhaseCosts:
-    """The same step in PyTorch, measured with FlopCounterMode and saved_tensors_hooks."""
+    """The same step in PyTorch, measured with FlopCounterMode and saved_tensors_hooks
+    (:func:`labkit.memory.measure.saved_tensor_bytes`, parameters excluded)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
+
+    from labkit.memory.measure import saved_tensor_bytes
+    from labkit.perf.metrics import parameter_bytes
 
     sizes = _check(sizes, batch)
     x, y = (torch.from_numpy(a) for a in _data(sizes, batch, seed))
@@ -98,14 +83,14 @@ def torch_phase_costs(sizes=(64, 256, 256, 10), batch: int = 64, seed: int = 0) 
         box["loss"] = torch.nn.functional.cross_entropy(model(x), y)
 
     with FlopCounterMode(display=False) as fwd:
-        saved_train = torch_saved_bytes(forward, params)
+        saved_train = saved_tensor_bytes(forward, params).total_bytes
     with FlopCounterMode(display=False) as bwd:
         box["loss"].backward()
     with torch.no_grad():
-        saved_infer = torch_saved_bytes(lambda: model(x), params)
+        saved_infer = saved_tensor_bytes(lambda: model(x), params).total_bytes
     f, b = int(fwd.get_total_flops()), int(bwd.get_total_flops())
     return PhaseCosts("torch", batch, sizes, f, b, f, b, saved_train, saved_infer,
-                      sum(p.numel() * p.element_size() for p in params))
+                      parameter_bytes(model))
 
 
 def mlp_matmul_flops(sizes, batch: int, layer_flops) -> tuple[int, int]:
