@@ -3,8 +3,9 @@
 * labkit's int8 quantized linear layer (numpy; exact integer accumulation in float64 BLAS)
   against fp32 ``torch.nn.functional.linear``, batch 256, 512 → 512;
 * operator fusion by ``torch.compile`` (TorchInductor): the epilogue chain
-  relu(x·1.5 − 0.25)·0.5 + r on 4 M floats, compiled vs eager (compiling takes tens of
-  seconds, too long for the chapter's notebook).
+  relu(x·1.5 − 0.25)·0.5 + r on 4 M floats, compiled vs eager
+  (:func:`labkit.compress.train.compile_timing`; compiling takes tens of seconds, too long
+  for the chapter's notebook).
 """
 from __future__ import annotations
 
@@ -32,23 +33,12 @@ def _quant_row() -> Row:
                "fp32 torch linear", goal="4x smaller weights; speed needs int8 kernels")
 
 
-def _chain(x, r):
-    import torch
-    return torch.relu(x * 1.5 - 0.25) * 0.5 + r
-
-
 def _compile_row() -> Row:
-    import torch
+    from labkit.compress.train import compile_timing
 
-    g = torch.Generator().manual_seed(0)
-    x, r = torch.randn(1 << 22, generator=g), torch.randn(1 << 22, generator=g)
-    fused = torch.compile(_chain)
-    if not torch.allclose(fused(x, r), _chain(x, r), atol=1e-6):
-        raise AssertionError("torch.compile changed the epilogue's result")
-    ours = benchmark(lambda: fused(x, r), repeats=9, warmup=2).median
-    base = benchmark(lambda: _chain(x, r), repeats=9, warmup=2).median
-    return Row("epilogue chain, 4M floats: torch.compile", ours, base, "eager torch",
-               goal="> 1x (fusion removes temporaries)")
+    c = compile_timing(trials=1)          # checks the compiled chain against eager first
+    return Row("epilogue chain, 4M floats: torch.compile", c.compiled_s[0], c.eager_s[0],
+               "eager torch", goal="> 1x (fusion removes temporaries)")
 
 
 def rows() -> list[Row]:

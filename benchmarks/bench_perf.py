@@ -40,7 +40,7 @@ def gpu_report() -> None:
     import torch
 
     from labkit.perf import benchmark, stack
-    from labkit.perf.machine import measure_machine
+    from labkit.hardware import measure_machine
 
     gpu = stack.gpu_peak("fp32")      # an unknown GPU: stack.DEFAULT_GPU's, labelled so
     key, peak = gpu.key, gpu.peak
@@ -56,19 +56,18 @@ def gpu_report() -> None:
                     sync=torch.cuda.synchronize)
     print(f"tiny kernel back to back: {dev.median * 1e6:.2f} us each on the GPU clock, "
           f"{hst.median * 1e6:.2f} us each on the host clock with sync")
-    launch = hst.median
     cpu_peak = measure_machine().peak
     print(f"this host's CPU roofline: {cpu_peak / 1e9:.0f} GFLOP/s, "
           f"{measure_machine().bandwidth / 1e9:.0f} GB/s")
-    print("batch | GPU samples/s | copy share | GPU util | CPU samples/s | speedup | "
-          "predicted (no launch) | predicted (launch)")
+    print("batch | GPU samples/s | copy share | GPU busy share | GPU MFU | CPU samples/s | "
+          "speedup | predicted (roofline alone) | predicted (calibrated host)")
     for b in (8, 32, 128, 512):
-        g = stack.run_cnn(b, steps=20, device="cuda", peak=peak)
+        g = stack.run_cnn(b, steps=20, device="cuda", gpu=key)
         c = stack.run_cnn(b, steps=3, device="cpu", peak=cpu_peak)
-        p0 = stack.predict_cnn(b, key)
-        p1 = stack.predict_cnn(b, key, launch_s=launch)
-        print(f"{b} | {g.samples_per_s:,.0f} | {g.copy_share:.0%} | {g.utilisation:.2%} | "
-              f"{c.samples_per_s:,.0f} | {g.samples_per_s / c.samples_per_s:.1f} | "
+        p0 = stack.predict_cnn(b, key, host_s=0.0)
+        p1 = stack.predict_cnn(b, key)
+        print(f"{b} | {g.samples_per_s:,.0f} | {g.copy_share:.0%} | {g.busy_share:.1%} | "
+              f"{g.mfu:.2%} | {c.samples_per_s:,.0f} | {g.samples_per_s / c.samples_per_s:.1f} | "
               f"{p0.samples_per_s:,.0f} | {p1.samples_per_s:,.0f}")
     prof = stack.profile_step(stack.simplenet_step(stack.simple_net().cuda(), device="cuda"),
                               steps=10)

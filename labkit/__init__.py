@@ -5,6 +5,7 @@ It does one thing on import: when this machine has no CUDA GPU it selects Numba'
 simulator (``NUMBA_ENABLE_CUDASIM=1``), which must happen before numba is imported.
 """
 from labkit._device import select_cuda_backend
+from labkit.check.progress import progress as _progress
 
 __version__ = "0.1.0"
 
@@ -13,6 +14,4 @@ CUDA_BACKEND = select_cuda_backend()
 
 def progress(path=None):
     """Which exercises of the course you have passed (see :mod:`labkit.check.progress`)."""
-    from labkit.check.progress import progress as _progress
-
     return _progress(path)

@@ -59,3 +59,9 @@ def select_cuda_backend() -> str:
 def on_simulator() -> bool:
     """True when numba.cuda runs on the CPU simulator."""
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "") not in ("", "0")
+
+
+def on_gpu() -> bool:
+    """True when numba.cuda runs on a real GPU (``labkit.CUDA_BACKEND == "gpu"``: labkit
+    selected the backend by :func:`select_cuda_backend` on import)."""
+    return not on_simulator()

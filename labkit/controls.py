@@ -29,7 +29,7 @@ class Control:
     options: dict[str, Any] = field(default_factory=dict)
 
     def build(self):
-        import ipywidgets as w
+        import ipywidgets as w  # deferred: ipywidgets
         return getattr(w, self.kind)(**self.options)
 
 
@@ -89,5 +89,5 @@ def fixed(value: Any) -> Control:
 def interactive(fn: Callable[..., Any], **controls: Control):
     """``ipywidgets.interactive(fn, ...)`` with each control built; controls appear in the
     order given (the first is the one the tests and the browser test move)."""
-    import ipywidgets as w
+    import ipywidgets as w  # deferred: ipywidgets
     return w.interactive(fn, **{name: c.build() for name, c in controls.items()})

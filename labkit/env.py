@@ -67,7 +67,7 @@ def gpu_name() -> str:
     if on_simulator():
         return "CUDA simulator"
     try:
-        from numba import cuda
+        from numba import cuda  # deferred: numba
 
         return cuda.get_current_device().name.decode() if hasattr(
             cuda.get_current_device().name, "decode") else str(cuda.get_current_device().name)
@@ -77,8 +77,6 @@ def gpu_name() -> str:
 
 def report() -> EnvReport:
     """Versions of Python and the course's packages, the CPU count and the CUDA device."""
-    import labkit  # noqa: F401  (selects the simulator before numba is imported)
-
     return EnvReport(
         python=sys.version.split()[0],
         packages={name: package_version(name) for name in PACKAGES},

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 def show(fig) -> None:
     """Display ``fig`` (a matplotlib Figure) in the current output and close it."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
     from IPython.display import display
 
     display(fig)

@@ -6,19 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from labkit.autograd.compare import rules_vs_torch, two_layer_vs_torch
+from labkit.autograd.compare import format_rule_errors, rules_vs_torch, two_layer_vs_torch
 from labkit.autograd.examples import deep_chain, optimize_program
 from labkit.autograd.fx_passes import (dynamo_capture, graph_break_step, inductor_cpp_compiler,
                                        swap_and_compare)
 from labkit.perf.stack import simple_net
-
-
-def _matmul_rule(g, a, b):            # the rule with the sum over the broadcast batch axis
-    return g @ b.T, np.einsum("bik,bij->kj", a, g)
-
-
-def _softmax_rule(g, s):
-    return s * (g - (g * s).sum(axis=-1, keepdims=True))
 
 
 @pytest.mark.parametrize("seed", [0, 3])
@@ -33,20 +25,36 @@ def test_two_layer_gradients_agree_with_torch_and_central_differences(seed):
         two_layer_vs_torch(batch=0)
 
 
-def test_rules_vs_torch_is_zero_for_right_rules_and_large_for_wrong_ones():
-    r = rules_vs_torch(_matmul_rule, _softmax_rule)
-    assert max(r.matmul_a, r.matmul_b, r.softmax) < 1e-12
-    # softmax without the -<g, s> term: s * g
-    assert rules_vs_torch(_matmul_rule, lambda g, s: s * g).softmax > 0.1
-    # grad_b scaled by the batch size instead of summed: values off, shape right
-    wrong = rules_vs_torch(lambda g, a, b: (g @ b.T, 4 * np.swapaxes(a, -1, -2)[0] @ g[0]),
-                           _softmax_rule)
-    assert wrong.matmul_a < 1e-12 and wrong.matmul_b > 0.1
-    # grad_b left unsummed over the batch: a shape error names it
-    with pytest.raises(ValueError, match=r"grad_b has shape \(4, 5, 2\), expected \(5, 2\)"):
-        rules_vs_torch(lambda g, a, b: (g @ b.T, np.swapaxes(a, -1, -2) @ g), _softmax_rule)
-    with pytest.raises(TypeError, match="softmax_backward"):
-        rules_vs_torch(_matmul_rule, None)
+def test_rules_vs_torch_is_zero_for_right_rules_and_names_the_wrong_ones():
+    from labkit.autograd.rules import REFERENCE_FORWARDS, REFERENCES, RuleSet
+
+    rows = rules_vs_torch(RuleSet(**REFERENCES, forward=dict(REFERENCE_FORWARDS)))
+    assert [r.op for r in rows] == ["matmul", "add", "mul", "relu", "sum", "mean",
+                                    "log_softmax", "getitem", "softmax"]
+    assert all(r.max_error < 1e-12 and r.whose == "labkit's reference" for r in rows)
+
+    def unsummed(g, a, b):               # grad_b left with the batch axis: a shape error
+        return g @ np.swapaxes(b, -1, -2), np.swapaxes(a, -1, -2) @ g
+
+    def assigned(g, shape, index):        # repeated indices overwrite: values off
+        out = np.zeros(shape)
+        out[index] = g
+        return out
+
+    def unshifted(x, axis=-1):
+        return x - np.log(np.exp(x).sum(axis=axis, keepdims=True))
+    with np.errstate(all="ignore"):
+        rows = {r.op: r for r in rules_vs_torch(RuleSet(matmul=unsummed, getitem=assigned,
+                                                        relu=lambda g, x: g * (x >= 0),
+                                                        forward={"log_softmax": unshifted}))}
+    assert rows["matmul"].max_error == np.inf and "grad_b has shape (4, 5, 2)" in rows["matmul"].note
+    assert rows["getitem"].max_error > 0.1 and rows["relu"].max_error > 0.1
+    assert rows["log_softmax forward"].max_error == np.inf and "NaN or infinity" in \
+        rows["log_softmax forward"].note
+    assert set(rows) == {"matmul", "getitem", "relu", "log_softmax forward"}
+    assert "yours" in format_rule_errors(list(rows.values()))
+    with pytest.raises(TypeError, match="RuleSet"):
+        rules_vs_torch({"matmul": unsummed})
 
 
 def test_optimize_program_counts_the_kernels_each_pass_removes():

@@ -67,3 +67,34 @@ def test_mode_cost_counts_passes_and_jacobians_agree():
         make_function(0, 3)
     with pytest.raises(ValueError, match="repeats"):
         mode_cost(2, 2, repeats=0)
+
+
+def test_mode_cost_times_the_jacobians_it_is_given():
+    calls = []
+
+    def counting(jac):
+        def run(fn, x):
+            calls.append(jac.__name__)
+            return jac(fn, x)
+        return run
+    c = mode_cost(3, 2, repeats=2, jacobians=(counting(jacobian_forward),
+                                               counting(jacobian_reverse)))
+    assert calls == ["jacobian_forward"] * 2 + ["jacobian_reverse"] * 2
+    assert (c.forward_passes, c.reverse_passes) == (3, 2)
+    with pytest.raises(TypeError, match="jacobians must be a pair"):
+        mode_cost(2, 2, jacobians=(jacobian_forward, None))
+
+
+def test_numeric_vjp_is_central_differences():
+    from labkit.autograd.gradcheck import numeric_vjp
+
+    rng = np.random.default_rng(0)
+    a, b, g = rng.normal(size=(2, 3)), rng.normal(size=(3, 2)), rng.normal(size=(2, 2))
+    ga, gb = numeric_vjp(lambda a, b: np.exp(a @ b), [a, b], g)
+    e = np.exp(a @ b) * g
+    np.testing.assert_allclose(ga, e @ b.T, rtol=1e-8)     # O(eps^2): far below forward's
+    np.testing.assert_allclose(gb, a.T @ e, rtol=1e-8)
+    with pytest.raises(TypeError, match="f must be a function"):
+        numeric_vjp(None, [a], g)
+    with pytest.raises(ValueError, match="eps"):
+        numeric_vjp(np.exp, [a], g, eps=0)

@@ -70,6 +70,17 @@ def test_mlp_on_digits_beats_95_percent():
     assert res.losses[-1] < res.losses[0] / 5
 
 
+def test_digits_gradients_match_torchs_and_a_missing_one_is_infinite():
+    from labkit.training.train import (digits_gradients, torch_digits_gradients,
+                                       torch_gradient_error)
+
+    got, want = digits_gradients(seed=2), torch_digits_gradients(seed=2)
+    assert [g.shape for g in got] == [(64, 32), (32,), (32, 10), (10,)]
+    assert all(np.allclose(g, w, atol=1e-12) for g, w in zip(got, want))
+    assert torch_gradient_error(seed=2) < 1e-12
+    assert torch_gradient_error(lambda loss: None) == float("inf")    # no gradient at all
+
+
 def test_counters_match_closed_forms_and_no_grad_saves_nothing():
     B, sizes = 8, (5, 6, 3)
     model = mlp(sizes, seed=0)

@@ -1,5 +1,7 @@
-"""A real browser: JupyterLab in headless Chromium runs each chapter up to the cell tagged
-``browser-test`` (the cells above it, then that cell), moves its first slider and sees the
+"""A real browser: JupyterLab in headless Chromium runs each chapter's cell tagged
+``browser-test`` after the cells it needs (:func:`labkit.grade.slices.cells_feeding`: the
+first code cell and those defining, transitively, the names it uses; the labs in between are
+the nbval runs' business), moves its first slider and sees the
 widget's output change, with its plot (an ``<img>`` in the widget's output) present and
 decoded after the move.
 
@@ -23,6 +25,7 @@ import nbformat
 import pytest
 
 from labkit.grade.generate import NOTEBOOKS
+from labkit.grade.slices import cells_feeding
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -102,12 +105,11 @@ READY = """() => {
   return ctx.isReady && k.connectionStatus === 'connected' && k.status === 'idle';
 }"""
 
-# Running is over when every code cell up to the tagged one has an execution count, or
-# when one of them shows an error (JupyterLab stops the queue there); read from the
-# notebook model, not the DOM.
-ALL_RUN = """(last) => {
+# Running is over when every chosen code cell has an execution count, or when one of them
+# shows an error; read from the notebook model, not the DOM.
+ALL_RUN = """(chosen) => {
   const nb = window.jupyterapp.shell.currentWidget.content;
-  const cells = nb.widgets.slice(0, last + 1).filter(c => c.model.type === 'code');
+  const cells = chosen.map(i => nb.widgets[i]);
   for (const c of cells) {
     const outs = c.model.outputs;
     for (let i = 0; i < outs.length; i++) {
@@ -118,13 +120,14 @@ ALL_RUN = """(last) => {
   return cells.length > 0 && cells.every(c => c.model.executionCount !== null) ? 'done' : false;
 }"""
 
-# Only the cells a learner runs to reach the widget: everything above the tagged cell, then
-# the tagged cell itself (the labs after it are covered by the nbval runs).
-RUN_TO = """(index) => {
+# The chosen cells one after another, as a reader clicks "run" on each: a cell is sent once
+# the previous one has finished.
+RUN_CELLS = """async (chosen) => {
   const app = window.jupyterapp;
-  app.shell.currentWidget.content.activeCellIndex = index;
-  app.commands.execute('notebook:run-all-above')
-    .then(() => app.commands.execute('notebook:run-cell'));
+  for (const i of chosen) {
+    app.shell.currentWidget.content.activeCellIndex = i;
+    await app.commands.execute('notebook:run-cell');
+  }
 }"""
 
 TAGGED_INDEX = """() => {
@@ -200,8 +203,9 @@ def test_slider_changes_the_result(lab, name, record_property):
             page.wait_for_function(READY, timeout=120_000)
             index = page.evaluate(TAGGED_INDEX)
             assert index >= 0, f"{name}: no cell tagged browser-test"
-            page.evaluate(RUN_TO, index)
-            outcome = page.wait_for_function(ALL_RUN, arg=index, timeout=240_000,
+            chosen = cells_feeding(nbformat.read(NOTEBOOKS / name, as_version=4), index)
+            page.evaluate(f"() => {{ ({RUN_CELLS})({chosen}); }}")     # not awaited here
+            outcome = page.wait_for_function(ALL_RUN, arg=chosen, timeout=240_000,
                                              polling=500).json_value()
             assert outcome == "done", f"{name}: running up to the widget stopped at an {outcome}"
             cell = page.locator(".jp-Notebook .jp-Cell").nth(index)

@@ -21,8 +21,8 @@ def test_flops_and_saved_bytes_agree_with_torch(sizes, batch):
     assert lab.matmul_forward_flops == mm
     assert lab.matmul_backward_flops == 2 * mm - 2 * batch * sizes[0] * sizes[1]
     assert lab.saved_bytes_train == 4 * batch * sum(sizes)
-    # torch also saves the int64 targets (and a scalar)
-    assert 0 <= tor.saved_bytes_train - lab.saved_bytes_train - 8 * batch <= 8
+    # torch also saves nll_loss's int64 targets and its 0-d float32 total_weight
+    assert tor.saved_bytes_train - lab.saved_bytes_train == 8 * batch + 4
     assert lab.saved_bytes_inference == tor.saved_bytes_inference == 0
     plots.plot_phase_costs(lab)
     with pytest.raises(ValueError, match="batch"):
@@ -91,3 +91,35 @@ def test_moved_experiments_left_no_shim():
         with pytest.raises(ModuleNotFoundError):
             importlib.import_module(f"labkit.autograd.{name}")
         importlib.import_module(f"labkit.training.{name}")
+
+
+@pytest.mark.parametrize("sizes,batch", [((64, 256, 256, 10), 64), ((7, 5, 3), 9)])
+def test_what_torch_saves_beyond_labkit_is_nll_loss_target_and_total_weight(sizes, batch):
+    """derivatives.yaml: nll_loss_forward(...) -> (Tensor output, Tensor total_weight), whose
+    backward reads self, target, weight and total_weight (NllLossBackward0._saved_*)."""
+    from labkit.training.phases import (format_saved_beyond, saved_beyond_labkit,
+                                        torch_saved_tensors)
+
+    rows = torch_saved_tensors(sizes, batch)
+    names = {(r.node, r.name) for r in rows}
+    assert {("NllLossBackward0", "target"), ("NllLossBackward0", "total_weight")} <= names
+    assert sum(r.nbytes for r in rows) == torch_phase_costs(sizes, batch).saved_bytes_train
+    extra = saved_beyond_labkit(sizes, batch)
+    assert [(r.name, r.dtype, r.shape, r.nbytes) for r in extra] == [
+        ("target", "int64", (batch,), 8 * batch), ("total_weight", "float32", (), 4)]
+    text = format_saved_beyond(extra, labkit_phase_costs(sizes, batch),
+                               torch_phase_costs(sizes, batch)).splitlines()
+    assert text[1] == "torch also saves NllLossBackward0.total_weight: float32 [], 4 bytes"
+    assert text[-1] == (f"together {8 * batch + 4} bytes; measured difference torch - labkit: "
+                        f"{8 * batch + 4} bytes")
+
+
+def test_best_batch_on_runs_a_rule_on_plain_points():
+    from labkit.training.inference import best_batch_on
+
+    points = [(1, 1e-4), (8, 2e-4), (64, 9e-4)]
+    assert best_batch_on(lambda s, b: max(p.batch for p in s.points if p.latency_s <= b),
+                         points, 5e-4) == 8
+    assert best_batch_on(lambda s, b: None, points, 1.0) is None
+    assert best_batch_on(lambda s, b: s.points[0], points, 1.0).startswith("BatchPoint")
+    assert best_batch_on(lambda s, b: s.points[2].throughput, points, 1.0).startswith("float")

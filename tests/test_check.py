@@ -105,7 +105,7 @@ def test_blocks_needed_reference_and_its_errors():
     (lambda n, t: -(-n // t), PASS, "correct"),
     (lambda n, t: n // t, FAIL, "you rounded down"),
     (lambda n, t: n // t + 1, FAIL, "multiple of the block size"),
-    (lambda n, t: (n + t - 1) / t, FAIL, "expected"),
+    (lambda n, t: (n + t - 1) / t, FAIL, "use // not /"),
     (lambda n, t: float(-(-n // t)), FAIL, "use // not /"),
     (None, MISSING, "not answered"),
 ])
@@ -185,7 +185,7 @@ def test_grading_never_writes_progress(toy, progress_file, monkeypatch):
 
 def test_an_unwritable_or_broken_progress_file_never_breaks_a_check(toy, tmp_path, monkeypatch,
                                                                    capsys):
-    from labkit.check.progress import load
+    from labkit.check.record import load
 
     monkeypatch.delenv("LABKIT_GRADE", raising=False)
     blocker = tmp_path / "file"
@@ -204,7 +204,7 @@ def test_progress_chart_stacks_passed_and_to_do():
     import matplotlib
 
     matplotlib.use("Agg")
-    from labkit.check.progress import Progress, Row, plot_progress
+    from labkit.check.progress import Progress, ProgressRow as Row, plot_progress
 
     result = Progress((Row("1.1", 1, "a", "pass", True), Row("1.2", 1, "b", "fail", False),
                        Row("2.1", 2, "c", "not tried", False)))

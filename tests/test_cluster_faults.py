@@ -158,9 +158,23 @@ def test_energy_counts_preempted_segments_and_errors():
     e = energy.schedule_energy(r, energy.PowerModel("H100", idle_fraction=0.0))
     assert e.job_joules[0] == pytest.approx(4 * 11 * GPUS["H100"].tdp_watts)   # 10 s + 1 s redone
     with pytest.raises(ValueError, match="gpu"):
-        energy.PowerModel("Z80")
+        energy.PowerModel("Z80", 0.1)
     with pytest.raises(ValueError, match="idle_fraction"):
-        energy.PowerModel(idle_fraction=1.5)
+        energy.PowerModel("A100", idle_fraction=1.5)
+
+
+def test_power_model_takes_every_number_from_one_gpu():
+    # no data sheet gives an idle power: it is a required argument, with no default
+    with pytest.raises(TypeError, match="idle_fraction"):
+        energy.PowerModel("H200")
+    with pytest.raises(TypeError):
+        energy.PowerModel()
+    with pytest.raises(TypeError):
+        energy.schedule_energy(simulate([Job(0, 0, 1, 1)], Cluster(1, 1), "fifo"))
+    for key, gpu in GPUS.items():
+        pm = energy.PowerModel(key, idle_fraction=0.2)
+        assert pm.busy_watts == gpu.tdp_watts and pm.idle_watts == pytest.approx(0.2 * gpu.tdp_watts)
+    assert energy.PowerModel("H200", 0.2).idle_watts == pytest.approx(140)     # 700 W TDP
 
 
 def test_backups_needed_against_the_binomial_tail():
@@ -214,3 +228,18 @@ def test_sweep_overheads_are_relative_to_work_and_best():
     mid = np.sqrt(sw.intervals[1] * sw.intervals[2])                        # between points
     assert sw.overhead_at(mid) == pytest.approx(
         np.interp(mid, sw.intervals, sw.simulated) / (10 * 3600) - 1)
+
+
+def test_power_model_from_the_recorded_measurement():
+    from labkit.cluster.energy import PowerModel
+    from labkit.hardware import GPUS, MEASURED_POWER
+    pm = PowerModel.measured("H200")
+    reading = MEASURED_POWER["H200"]
+    assert pm.idle_watts == pytest.approx(reading.idle_watts) == pytest.approx(79.0)
+    assert pm.busy_watts == GPUS["H200"].tdp_watts == 700
+    assert "nvidia-smi" in reading.how and reading.idle_watts < reading.context_watts < \
+        reading.busy_watts <= GPUS["H200"].tdp_watts
+    with pytest.raises(ValueError, match="A100"):
+        PowerModel.measured("A100")
+    with pytest.raises(ValueError, match="gpu"):
+        PowerModel.measured("B200")

@@ -7,7 +7,7 @@ import pytest
 
 from labkit.cluster import metrics
 from labkit.cluster import scheduler as S
-from labkit.cluster.jobs import Job, generate_jobs, load_trace, to_csv
+from labkit.cluster.jobs import Job, generate_jobs, load_trace, offered_load, to_csv
 from labkit.cluster.scheduler import Cluster, busy_gpus, simulate
 
 
@@ -53,6 +53,52 @@ def test_easy_backfills_a_job_that_ends_before_the_reservation():
 ])
 def test_hand_worked_start_times(jobs, policy, starts):
     assert list(simulate(jobs, POOL4, policy).start) == starts
+
+
+def test_easy_counts_jobs_ending_together_at_the_shadow():
+    # Cluster(1, 6): A and B (2 GPUs, 10 s) at t=0; head H (4 GPUs) at t=1; C (2 GPUs, 20 s)
+    # at t=2. A and B both end at 10: 6 GPUs free then, H needs 4, so 2 are extra and C may
+    # start at 2 (counting only A, one would find 4 free, no extra, and make C wait to 10)
+    jobs = [J(0, 0, 2, 10), J(1, 0, 2, 10), J(2, 1, 4, 5), J(3, 2, 2, 20)]
+    r = simulate(jobs, Cluster(1, 6), "easy")
+    assert list(r.start) == [0, 0, 10, 2] and r.reservations[2] == 10
+    assert list(simulate(jobs, Cluster(1, 6), "fifo").start) == [0, 0, 10, 10]
+    # on nodes: A and B on two nodes of 3 GPUs, H needs one whole node (3), C one GPU; only
+    # when both A and B have ended is there a node for H beside C
+    on_nodes = simulate([J(0, 0, 2, 10), J(1, 0, 2, 10), J(2, 1, 3, 5), J(3, 2, 1, 20)],
+                        Cluster(2, 3), "easy")
+    assert list(on_nodes.start) == [0, 0, 10, 2]
+
+
+@pytest.mark.parametrize("args, want", [
+    ((0, 2, [(10, 2), (10, 2)], 4, 2, 20), True),      # the issue-22 case: extra = 2
+    ((0, 2, [(10, 2), (10, 2)], 4, 3, 20), False),     # does not fit now
+    ((0, 2, [(10, 2), (10, 2)], 6, 2, 20), False),     # extra = 0
+    ((0, 2, [(10, 2), (10, 2)], 6, 2, 10), True),      # ends at the shadow
+    ((0, 1, [(5, 1), (5, 1), (9, 4)], 2, 1, 50), True),  # both end at 5: 3 free, extra 1
+    ((0, 1, [(5, 1), (5, 1), (9, 4)], 3, 1, 50), False),  # 3 free at 5, extra 0
+    ((0, 2, [(10.0, 4), (20.0, 2)], 6, 2, 5.0), True),   # the check's cases, unchanged
+    ((0, 2, [(10.0, 4), (20.0, 2)], 6, 2, 15.0), False),
+    ((0, 2, [(10.0, 4), (20.0, 2)], 4, 2, 15.0), True),
+    ((5, 3, [(10.0, 5), (30.0, 5)], 8, 3, 5.0), True),
+    ((5, 3, [(10.0, 5), (30.0, 5)], 8, 3, 5.5), False),
+    ((0, 1, [(8.0, 1), (4.0, 2), (12.0, 4)], 3, 1, 20.0), False),
+    ((2, 0, [(9.0, 8)], 4, 1, 1.0), False),
+])
+def test_can_backfill_on_a_pool(args, want):
+    assert S.can_backfill(*args) is want
+
+
+def test_shadow_time_ties_and_errors():
+    assert S.shadow_time(0, 2, [(10, 2), (10, 2)], 4) == (10, 2)
+    assert S.shadow_time(0, 2, [(10, 2), (12, 2)], 4) == (10, 0)
+    assert S.shadow_time(3, 5, [(10, 2)], 4) == (3, 1)       # the head fits now
+    with pytest.raises(ValueError, match="never fits"):
+        S.shadow_time(0, 1, [(5, 1)], 4)
+    with pytest.raises(ValueError, match="free_gpus"):
+        S.can_backfill(0, -1, [], 1, 1, 1.0)
+    with pytest.raises(ValueError, match="job_estimate"):
+        S.can_backfill(0, 1, [], 1, 1, 0)
 
 
 def test_priority_preempts_and_resumes_remaining_work():
@@ -157,8 +203,8 @@ def _naive_easy(jobs, total):
             run(queue.pop(0))
         if queue:
             h, avail = queue[0], free
-            for e, g in sorted((end[i], jobs[i].gpus) for i in running):
-                avail += g
+            for e in sorted({end[i] for i in running}):      # jobs ending together
+                avail += sum(jobs[i].gpus for i in running if end[i] == e)
                 if avail >= jobs[h].gpus:
                     shadow = e
                     break
@@ -232,8 +278,28 @@ def test_generator_is_seeded_and_hits_the_load():
     assert a == generate_jobs(3000, total_gpus=64, load=0.7, seed=5)
     assert a != generate_jobs(3000, total_gpus=64, load=0.7, seed=6)
     work = sum(j.gpu_seconds for j in a)
-    offered = work / (a[-1].arrival * 64)
-    assert 0.55 < offered < 0.9
+    assert offered_load(a, 64) == pytest.approx(work / (a[-1].arrival * 64))
+    assert 0.55 < offered_load(a, 64) < 0.9
+
+
+def test_offered_load_of_chapter_11s_sample_and_the_drain():
+    """Chapter 11's 1,500 jobs drawn for a load of 0.85 offer 0.765; each policy's
+    utilisation is that × arrival span / makespan (the drain after the last arrival)."""
+    jobs = generate_jobs(1500, total_gpus=64, load=0.85, seed=1, max_gpus=32)
+    assert offered_load(jobs, 64) == pytest.approx(0.7653, abs=5e-5)
+    span = jobs[-1].arrival - jobs[0].arrival
+    for policy in ("fifo", "easy"):
+        r = simulate(jobs, Cluster(8, 8), policy, preempt_overhead=60.0)
+        assert metrics.utilisation(r) == pytest.approx(
+            offered_load(jobs, 64) * span / r.makespan, rel=1e-12)
+        assert metrics.utilisation(r) < offered_load(jobs, 64)
+    assert offered_load([J(0, 0, 2, 10), J(1, 10, 2, 10)], 4) == pytest.approx(40 / 40)
+    with pytest.raises(ValueError, match="span"):
+        offered_load([J(0, 3, 1, 1)], 4)
+    with pytest.raises(ValueError, match="total_gpus"):
+        offered_load(jobs, 0)
+    with pytest.raises(TypeError, match="jobs"):
+        offered_load([], 4)
 
 
 def test_trace_round_trip_and_errors(tmp_path):
@@ -290,3 +356,50 @@ def test_chapter_11_policy_comparison_says_what_the_simulator_gives():
     assert all(x.utilisation < 0.85 for x in m.values())
     soonest = min(m.values(), key=lambda x: x.makespan)
     assert soonest.utilisation == max(x.utilisation for x in m.values())
+
+
+# ---- the pluggable backfill pass (chapter 11's lab) -------------------------------------
+
+def test_backfill_argument_and_return_errors():
+    with pytest.raises(ValueError, match="backfill"):
+        simulate(CASE, POOL4, "fifo", backfill=S.easy_backfill)
+    with pytest.raises(TypeError, match="backfill"):
+        simulate(CASE, POOL4, "easy", backfill="easy")
+    with pytest.raises(ValueError, match="behind the head"):
+        simulate(CASE, POOL4, "easy", backfill=lambda now, q, r, f: [q[0].job])
+    with pytest.raises(ValueError, match="behind the head"):
+        simulate(CASE, POOL4, "easy", backfill=lambda now, q, r, f: [7])
+
+    def everything(now, queue, running, free):          # never takes from `free`
+        return [w.job for w in queue[1:]]
+    jobs = [J(0, 0, 3, 10), J(1, 1, 4, 5), J(2, 2, 1, 3), J(3, 2, 1, 3)]
+    with pytest.raises(ValueError, match="does not fit"):
+        simulate(jobs, POOL4, "easy", backfill=everything)
+
+
+def test_the_default_pass_is_easy_backfill_and_a_custom_one_is_used():
+    jobs = generate_jobs(200, total_gpus=32, load=1.1, seed=4, max_gpus=16, overestimate=2.0)
+    base = simulate(jobs, Cluster(4, 8), "easy", placement="spread")
+    same = simulate(jobs, Cluster(4, 8), "easy", placement="spread", backfill=S.easy_backfill)
+    np.testing.assert_array_equal(base.start, same.start)
+    none = simulate(jobs, Cluster(4, 8), "easy", backfill=lambda *a: [])
+    fifo = simulate(jobs, Cluster(4, 8), "fifo")
+    np.testing.assert_array_equal(none.start, fifo.start)      # no backfill is FIFO
+    got = S.compare_policies(jobs, Cluster(4, 8), backfill=lambda *a: [])
+    assert list(got) == list(S.POLICIES)
+    np.testing.assert_array_equal(got["easy"].start, fifo.start)
+
+
+def test_free_gpus_views_and_errors():
+    free = S.FreeGPUs.pool(2, 4, [((0, 3),)])
+    assert free.total == 5 and free.fits(4) and not free.fits(5)
+    assert free.place(1) == ((0, 1),) and free.place(4) == ((1, 4),)
+    later = free.copy()
+    later.give(((0, 3),))
+    assert later.fits(8) and not free.fits(8)                  # copies are independent
+    with pytest.raises(ValueError, match="node 0"):
+        free.take(((0, 2),))
+    with pytest.raises(ValueError, match="node 1"):
+        free.give(((1, 1),))
+    shadow, at = S.reservation(0, S.Waiting(9, 6, 1.0), [S.Running(5, 3, ((0, 3),))], free)
+    assert shadow == 5 and at.total == 8

@@ -24,6 +24,10 @@ def test_widget_numbers(capsys):
     out = capsys.readouterr().out
     assert [x.policy for x in m] == ["fifo", "sjf", "priority", "easy"]
     assert "100 jobs, offered load 0.80" in out and "kWh" in out
+    assert "idle not counted" in out and "busy 400 W (TDP)" in out      # A100: 400 W
+    widgets.show_policies(0.8, 100, gpu="H200", idle_percent=10)
+    out = capsys.readouterr().out
+    assert "busy 700 W (TDP), idle 70 W (10 % of TDP" in out
     sw = widgets.show_checkpointing(8.0, 2.0, 5.0, trials=50)
     out = capsys.readouterr().out
     assert f"Young τ = {sw.young / 60:.1f} min" in out and "Young τ = 43.8 min" in out
@@ -38,6 +42,8 @@ def test_widget_argument_errors():
         widgets.policy_widget(load=5)
     with pytest.raises(ValueError, match="placement"):
         widgets.policy_widget(placement="random")
+    with pytest.raises(ValueError, match="idle_percent"):
+        widgets.policy_widget(idle_percent=80)
     with pytest.raises(ValueError, match="mtbf_hours"):
         widgets.checkpoint_widget(mtbf_hours=0)
     with pytest.raises(ValueError, match="workers"):

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from labkit.compress import loss_scaling
-from labkit.compress.model import FORMATS, update_loss_scale
+from labkit.compress.model import update_loss_scale
+from labkit.numerics import FORMATS
 
 
 def test_scale_halves_on_overflow_and_doubles_after_the_interval():

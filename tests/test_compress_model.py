@@ -3,11 +3,11 @@ import numpy as np
 import pytest
 import torch
 
-from labkit.compress.model import (FORMATS, QuantLinear, conv_cost, dequantize, fake_quant,
-                                   kd_loss, magnitude_mask, overflow_fraction, qparams,
-                                   quant_error_curve, quantize, relative_error, round_to,
-                                   separable_ratio, structured_mask, underflow_fraction,
-                                   unit_roundoff, update_loss_scale)
+from labkit.compress.model import (QuantLinear, conv_cost, dequantize, fake_quant, kd_loss,
+                                   magnitude_mask, overflow_fraction, qparams, quant_error_curve,
+                                   quantize, relative_error, safe_log2_scales, separable_ratio,
+                                   structured_mask, underflow_fraction, update_loss_scale)
+from labkit.numerics import FORMATS, round_to, unit_roundoff
 
 
 def test_asymmetric_qparams_closed_form_and_zero_exact():
@@ -133,6 +133,22 @@ def test_loss_scaling_rescues_underflow():
     assert update_loss_scale(65536.0, True, 10) == (32768.0, 0, True)
     assert update_loss_scale(1.0, False, 1999) == (2.0, 0, False)
     assert update_loss_scale(1.0, False, 5) == (1.0, 6, False)
+
+
+def test_safe_log2_scales_exercise_1():
+    """Chapter 08's exercise 1 on the demo gradients (2^N(-24, 5), 20,000 of them): 2^10
+    loses 1.43 % to underflow, 2^11 0.87 %; 2^20 overflows none, 2^21 three of them."""
+    from labkit.compress.widgets import demo_gradients
+    g = demo_gradients()
+    assert safe_log2_scales(g) == list(range(11, 21))
+    assert underflow_fraction(g, "fp16", 2.0 ** 10) == pytest.approx(0.0143)
+    assert underflow_fraction(g, "fp16", 2.0 ** 11) == pytest.approx(0.0087)
+    assert overflow_fraction(g, "fp16", 2.0 ** 21) == pytest.approx(3 / 20000)
+    # by hand: 2^-30 needs 2^6 to reach fp16's 2^-24 (2^5 gives 2^-25, a tie rounded to 0);
+    # 2^4 · 2^12 = 65536 overflows, 2^4 · 2^11 does not
+    assert safe_log2_scales([2.0 ** -30, 2.0 ** 4], max_lost=0.5) == list(range(6, 12))
+    with pytest.raises(ValueError, match="high must be an integer >= 5"):
+        safe_log2_scales(g, low=5, high=4)
 
 
 def test_pruning_masks():

@@ -1,10 +1,10 @@
-"""Chapter 07 widgets change their output when the first slider moves; plots draw; the
-real DataLoader measurement and its calibration work."""
+"""Chapter 07 widgets change their output when the first slider moves and validate their
+arguments; the plots draw every result kind."""
 import matplotlib
 import numpy as np
 import pytest
 
-from labkit.dataload import plots, widgets
+from labkit.dataload import compare, plots, widgets
 from labkit.dataload.sim import PipelineConfig, simulate
 from widget_checks import first_slider_test
 
@@ -13,16 +13,16 @@ matplotlib.use("Agg")
 
 test_first_slider_changes_output = first_slider_test(
     {"machine_widget": lambda: widgets.machine_widget(PipelineConfig(batches=30)),
-     "steps_widget": lambda: widgets.steps_widget(PipelineConfig(batches=30))}, steps=3)
+     "steps_widget": lambda: widgets.steps_widget(PipelineConfig(batches=30)),
+     "queue_widget": lambda: widgets.queue_widget(PipelineConfig(batches=30))}, steps=3)
 
 
 def test_widget_arguments_validated():
     with pytest.raises(ValueError, match="max_workers"):
         widgets.machine_widget(max_workers=0)
-    with pytest.raises(TypeError, match="base"):
-        widgets.steps_widget(base=3)
-    with pytest.raises(TypeError, match="base"):
-        widgets.machine_widget(base=3)
+    for builder in (widgets.steps_widget, widgets.machine_widget, widgets.queue_widget):
+        with pytest.raises(TypeError, match="base"):
+            builder(base=3)
     # a config the sliders cannot show is an error, not a slider silently clamped
     with pytest.raises(ValueError, match=r"base.cores must be an integer in \[1, 64\]"):
         widgets.machine_widget(PipelineConfig(cores=128))
@@ -30,6 +30,8 @@ def test_widget_arguments_validated():
         widgets.steps_widget(PipelineConfig(num_workers=33))
     with pytest.raises(ValueError, match=r"base.prefetch_factor .*\[1, 8\]"):
         widgets.steps_widget(PipelineConfig(prefetch_factor=9))
+    with pytest.raises(ValueError, match=r"base.jitter .*\[0.0, 2.0\]"):
+        widgets.queue_widget(PipelineConfig(jitter=3.0))
 
 
 def test_cost_sliders_start_at_the_config(capsys):
@@ -53,42 +55,28 @@ def test_show_machine_numbers(capsys):
     matplotlib.pyplot.close("all")
 
 
-def test_plots_return_figures(tmp_path):
-    from labkit.dataload.formats import FormatTiming
-    r = simulate(PipelineConfig(batches=10), num_workers=1)
-    for fig in (plots.plot_throughput(np.arange(3), [1, 2, 3], measured=[1, 2], bound=[1, 2, 3]),
-                plots.plot_steps(r), plots.plot_formats([FormatTiming("per_file", 1e-4, 3, 9)])):
-        assert fig.axes
+def test_show_queue_reports_the_steady_rate_the_bound_and_the_queue(capsys):
+    base = PipelineConfig(batch_size=16, decode_s=1e-4, augment_s=1e-4, compute_s=8e-3,
+                          compute_on_cpu=False, cores=8, batches=30)
+    r = widgets.show_queue(2, 4, 0.0, base)
+    out = capsys.readouterr().out
+    assert r.config.batches >= 2 * 8 + 64                      # made long enough
+    assert "2,000 samples/s in steady state (bound 2,000)" in out
+    assert "first batch after 3.2 ms" in out and "7." in out.split("queue holds")[1]
     matplotlib.pyplot.close("all")
 
 
-def test_measure_loader_and_calibration():
-    from labkit.dataload.measure import calibrated_config, measure_loader, measure_stage_costs
-    from labkit.dataload.model import EncodedImages, make_images
-    imgs, labels = make_images(64, seed=0)
-    ds = EncodedImages(imgs, labels)
-    r0 = measure_loader(ds, batch_size=16, num_workers=0)
-    assert len(r0.wait_s) == 4 and (r0.wait_s > 0).all() and 0 < r0.wait_fraction < 1
-    r1 = measure_loader(ds, batch_size=16, num_workers=1, prefetch_factor=2,
-                        persistent_workers=True, epochs=2)
-    assert len(r1.wait_s) == 8 and len(r1.epoch_first_batch_s) == 2
-    costs = measure_stage_costs(ds, batch_size=16, repeats=2)
-    assert costs.decode_s > 0 and costs.augment_s > costs.decode_s and costs.compute_s > 0
-    cfg = calibrated_config(r0, costs, cores=2, shared=False)
-    assert cfg.load_cpu_s == pytest.approx(np.median(r0.wait_s[r0.steady]))
-    assert 0 < r0.cpu_share <= 1.2 and r0.wall_s >= r0.wait_s.sum() + r0.compute_s.sum()
-    shared = calibrated_config(r0, costs, cores=2)
-    s = min(r0.cpu_share, 1.0) if shared.background else 1.0
-    assert shared.compute_s == pytest.approx(cfg.compute_s * s)
-    with pytest.raises(ValueError, match="num_workers=0"):
-        calibrated_config(r1, costs)
-    with pytest.raises(ValueError, match="num_workers > 0"):
-        measure_loader(ds, num_workers=0, persistent_workers=True)
-
-
-def test_background_processes_from_cpu_share():
-    from labkit.dataload.measure import background_processes
-    assert background_processes(1.0, 2) == 0 and background_processes(0.95, 2) == 0
-    assert background_processes(0.5, 2) == 3 and background_processes(0.25, 2) == 7
-    with pytest.raises(ValueError, match="cpu_share"):
-        background_processes(0.0, 2)
+def test_plots_return_figures():
+    from labkit.dataload.formats import FormatTiming
+    r = simulate(PipelineConfig(batches=40), num_workers=1)
+    cfg = PipelineConfig(batch_size=32, cores=2, decode_s=2e-4, augment_s=5e-4, compute_s=0.008)
+    rows = compare.compare_trials({0: [1000.0, 1100.0], 1: [1200.0, 1300.0]}, [cfg, cfg])
+    for fig in (plots.plot_throughput(np.arange(3), [1, 2, 3], measured=[1, 2], bound=[1, 2, 3]),
+                plots.plot_throughput(np.arange(2), [1, 2], measured=[1, 2],
+                                      measured_range=([0.5, 1.5], [1.5, 2.5])),
+                plots.plot_agreement(rows), plots.plot_steps(r), plots.plot_queue(r),
+                plots.plot_queue(simulate(PipelineConfig(batches=20))),
+                plots.plot_formats([FormatTiming("per_file", 1e-4, 3, 9)])):
+        assert fig.axes
+    assert len(plots.plot_queue(r).axes) == 2
+    matplotlib.pyplot.close("all")

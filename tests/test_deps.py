@@ -53,11 +53,18 @@ def test_numpy_is_bounded_below_2_5_for_numba_cuda():
     assert "row_stack" in (REPO / "pyproject.toml").read_text()   # the reason is written down
 
 
-def third_party_imports():
-    """Top-level modules labkit imports (anywhere, lazily or not), outside the stdlib."""
+# Authoring tools (dev extra): labkit.grade.generate imports jupytext inside the functions
+# that read and write a chapter's text source; `make notebooks` needs it, the grader does not.
+AUTHORING_TOOLS = {"jupytext"}
+
+
+def third_party_imports(module_level_only=False):
+    """Top-level modules labkit imports (anywhere, lazily or not; or only at module level),
+    outside the stdlib."""
     mods: dict[str, set[str]] = {}
     for path in (REPO / "labkit").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body if module_level_only else ast.walk(tree):
             names = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -73,7 +80,8 @@ def third_party_imports():
 def test_what_labkit_imports_is_a_runtime_dependency():
     """Each module labkit imports comes from a runtime dependency or from a package one of
     them requires (IPython comes with ipywidgets); the grader's pytest and nbval included.
-    Test-only tools (playwright, hypothesis, xdist) must not be imported by labkit."""
+    Test-only tools (playwright, hypothesis, xdist) must not be imported by labkit; an
+    authoring tool only inside a function, so that importing labkit never needs it."""
     runtime, dev = pyproject()
     provided = {}
     for name in runtime:
@@ -86,6 +94,9 @@ def test_what_labkit_imports_is_a_runtime_dependency():
     problems = []
     for module, files in sorted(third_party_imports().items()):
         owners = [canonicalize_name(d) for d in dists.get(module, [module])]
+        if module in AUTHORING_TOOLS and module not in third_party_imports(True):
+            assert set(owners) <= set(dev), f"{module}: an authoring tool is a dev extra"
+            continue
         if not any(o in provided for o in owners):
             where = "dev extra" if any(o in dev for o in owners) else "no dependency"
             problems.append(f"{module} ({where}) imported by {sorted(files)[0]}")

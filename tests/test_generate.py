@@ -1,13 +1,16 @@
-"""The generator: solution regions become stubs; notebooks/ is never stale; authoring rules."""
+"""The generator: solution regions become stubs; notebooks/ is never stale; text sources and
+their notebooks agree; authoring rules."""
+import os
 import re
 
 import nbformat
 import pytest
 
 from labkit.course import CHAPTERS
-from labkit.grade.authoring import check_cell, code, md, notebook
+from labkit.grade.authoring import check_cell, code, md, notebook, write
 from labkit.grade.generate import (NOTEBOOKS, SOLUTIONS, NotebookFormatError, check_cells,
-                                   generate, learner_version, strip_solutions)
+                                   generate, learner_version, notebook_to_text, render,
+                                   strip_solutions, text_to_notebook)
 
 
 def test_region_inside_a_function_becomes_not_implemented():
@@ -86,7 +89,101 @@ def test_generate_reports_stale_missing_and_extra(tmp_path):
     assert generate(sols, nbs, check_only=True) == ["99_orphan.ipynb: in notebooks/ but not in solutions/"]
 
 
+# ---- text sources: solutions/NN_slug.py is the source, NN_slug.ipynb its pair ----------------
+
+def draft():
+    cells = [md("# A"), code("x = 1", tags=("browser-test",)), code("y = 2"),
+             check_cell("0.1", "x")]
+    cells[2].metadata["labkit"] = {"note": "kept"}
+    nb = notebook(cells)
+    nb.cells[2].id = "named"
+    return nb
+
+
+def test_text_keeps_ids_tags_and_metadata_and_a_check_cells_id_follows_from_its_exercise():
+    nb = draft()
+    text = notebook_to_text(nb)
+    assert '# %% [markdown] id="cell-000"' in text
+    assert '# %% id="cell-001" tags=["browser-test"]' in text
+    assert '# %% labkit={"exercise": "0.1"} tags=["check"]\ncheck("0.1", x)' in text
+    assert render(text_to_notebook(text)) == render(nb)       # the text alone gives it back
+    assert notebook_to_text(text_to_notebook(text)) == text
+
+
+def test_a_cell_written_without_an_id_gets_the_next_free_number():
+    text = notebook_to_text(draft()).replace('id="cell-001" ', 'id="cell-030" ')
+    new = text_to_notebook(text + "\n# %%\nz = 3\n\n# %% [markdown]\nMore.\n")
+    assert [c.id for c in new.cells] == ["cell-000", "cell-030", "named", "check-0-1",
+                                         "cell-031", "cell-032"]
+
+
+def test_a_hand_written_text_gets_ids_and_one_layout(tmp_path):
+    sols = tmp_path / "solutions"
+    sols.mkdir()
+    text = sols / "01_a.py"
+    text.write_text('# %% [markdown]\n# # A\n\n\n# %%\nx = 1\n# %% tags=["check"] '
+                    'labkit={"exercise": "0.1"}\ncheck("0.1", x)\n')
+    assert generate(sols, tmp_path / "nbs", check_only=True)[:2] == [
+        "01_a.py: cells without an id, or laid out by hand (run `make notebooks`)",
+        "01_a.ipynb: missing, written from 01_a.py (run `make notebooks`)"]
+    generate(sols, tmp_path / "nbs")
+    assert text.read_text().endswith('# %% [markdown] id="cell-000"\n# # A\n\n'
+                                     '# %% id="cell-001"\nx = 1\n\n'
+                                     '# %% labkit={"exercise": "0.1"} tags=["check"]\n'
+                                     'check("0.1", x)\n')
+    assert generate(sols, tmp_path / "nbs", check_only=True) == []
+
+
+def test_a_drifted_pair_is_reported_and_synced_from_its_text(tmp_path):
+    sols, nbs = tmp_path / "solutions", tmp_path / "notebooks"
+    sols.mkdir()
+    text, pair = sols / "01_a.py", sols / "01_a.ipynb"
+    write(text, list(draft().cells))
+    assert generate(sols, nbs) == ["01_a.ipynb: missing, written from 01_a.py (run `make "
+                                   "notebooks`)", "01_a.ipynb: out of date with solutions/ "
+                                   "(run `make notebooks`)"]
+    assert generate(sols, nbs, check_only=True) == []
+
+    def touch(path, when):                     # the later-modified half, explicitly
+        os.utime(path, (when, when))
+
+    text.write_text(text.read_text().replace("y = 2", "y = 3"))          # the text edited
+    touch(pair, 1_000), touch(text, 2_000)
+    assert generate(sols, nbs, check_only=True)[0] == \
+        "01_a.ipynb: differs from 01_a.py (run `make notebooks`)"
+    generate(sols, nbs)
+    assert generate(sols, nbs, check_only=True) == []
+    assert nbformat.read(pair, as_version=4).cells[2].source == "y = 3"
+
+    nb = nbformat.read(pair, as_version=4)                    # the notebook edited in Lab
+    nb.cells[2].source = "y = 4"
+    pair.write_text(render(nb))
+    touch(text, 1_000), touch(pair, 2_000)
+    assert generate(sols, nbs, check_only=True) == [
+        "01_a.ipynb: differs from 01_a.py (run `make notebooks`)"]
+    with pytest.raises(NotebookFormatError, match="01_a.ipynb was edited after 01_a.py"):
+        generate(sols, nbs)                                    # never overwrites its edits
+    text.unlink()                                              # keep the notebook's edits
+    generate(sols, nbs)
+    assert "y = 4" in text.read_text() and generate(sols, nbs, check_only=True) == []
+
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", text="hi")]   # only outputs
+    pair.write_text(render(nb))
+    touch(text, 1_000), touch(pair, 2_000)
+    assert generate(sols, nbs) == [
+        "01_a.ipynb: solution notebook holds outputs (run `make notebooks`)"]
+
+
 # ---- the repository itself -------------------------------------------------------------
+
+@pytest.mark.parametrize("path", sorted(SOLUTIONS.glob("*.ipynb")), ids=lambda p: p.stem)
+def test_each_chapter_is_a_text_source_and_its_notebook_in_agreement(path):
+    """The committed notebook is exactly what its text alone gives (ids, tags and metadata
+    included), and the text exactly what the notebook gives."""
+    text = path.with_suffix(".py").read_text(encoding="utf-8")
+    assert render(text_to_notebook(text)) == path.read_text(encoding="utf-8")
+    assert notebook_to_text(nbformat.read(path, as_version=4)) == text
+
 
 def test_learner_notebooks_are_up_to_date_and_hold_no_outputs():
     assert generate(SOLUTIONS, NOTEBOOKS, check_only=True) == []

@@ -80,5 +80,6 @@ def test_verdict_log_skips_predictions_and_junk(tmp_path):
                    '{"exercise": "0.1", "status": "fail", "message": "off"}\n'
                    'not json\n[1]\n{"exercise": "0.2"}\n'
                    '{"exercise": "0.1", "status": "pass", "message": "correct"}\n')
-    assert _read_log(log) == {"0.1": {"exercise": "0.1", "status": "pass",
-                                      "message": "correct"}}
+    assert _read_log(log) == {"0.1": [{"exercise": "0.1", "status": "fail", "message": "off"},
+                                      {"exercise": "0.1", "status": "pass",
+                                       "message": "correct"}]}

@@ -36,7 +36,7 @@ def test_compiled_passes_jit_options_on_a_gpu_only(monkeypatch):
 
     try:
         for on_simulator in (False, True):
-            monkeypatch.setattr("labkit._device.on_simulator", lambda s=on_simulator: s)
+            monkeypatch.setattr(numba_run, "on_simulator", lambda s=on_simulator: s)
             for fn in (factory, plain):
                 numba_run._COMPILED.pop(fn, None)
                 numba_run.compiled(fn)

@@ -74,7 +74,7 @@ def test_occupancy_sweep_covers_block_sizes():
 
 
 def test_this_machine_is_perf_machines_measurement():
-    from labkit.perf.machine import measure_machine
+    from labkit.hardware import measure_machine
 
     roof = measure_machine()
     m = roofline.hardware("this machine")

@@ -1,11 +1,17 @@
 """Every library kernel matches numpy under labkit's tracer and under numba.cuda."""
+import inspect
+import subprocess
+import sys
+
 import labkit  # noqa: F401  (selects the CUDA simulator before numba is imported)
 import numpy as np
 import pytest
 
 from labkit.kernels import library as lib
 from labkit.kernels import ops, run_numba, vector_add
-from labkit.kernels.tracer import OutOfBounds, run_traced
+from labkit.kernels.analysis import element_counts, traffic
+from labkit.kernels.trace import LOCAL, WRITE, Deadlock, OutOfBounds, TraceLimitExceeded
+from labkit.kernels.tracer import run_traced
 from mutants import mutant
 
 RUNNERS = ["trace", "numba"]
@@ -55,13 +61,12 @@ MC = rng.standard_normal((19, 17)).astype(np.float32)
 MD = rng.standard_normal((17, 18)).astype(np.float32)
 # (19, 17) @ (17, 18) in 16 x 16 tiles: block (0, 0) lies inside a and b for its first
 # phase (the unguarded loads of a full tile) and is cut by k in its last; the other three
-# are cut by m or n throughout. No time budget: these check values, not the tracer's guard.
+# are cut by m or n throughout.
 CASES["matmul_register2d_full_and_cut_tiles"] = (
     lambda r: ops.matmul(MC, MD, variant="register2d", runner=r,
-                         blocked=dict(bm=16, bn=16, bk=4, tm=2, tn=2), budget_s=None), MC @ MD)
+                         blocked=dict(bm=16, bn=16, bk=4, tm=2, tn=2)), MC @ MD)
 CASES["matmul_register_full_and_cut_tiles"] = (
-    lambda r: ops.matmul(MC, MD, variant="register", tile=16, rows=4, runner=r, budget_s=None),
-    MC @ MD)
+    lambda r: ops.matmul(MC, MD, variant="register", tile=16, rows=4, runner=r), MC @ MD)
 for _v in ("naive", "shared", "padded"):
     CASES[f"transpose_{_v}"] = (lambda r, v=_v: ops.transpose(M2, variant=v, runner=r), M2.T)
 for _v in ops.MATMULS:
@@ -114,10 +119,10 @@ def test_a_cut_tile_never_takes_the_unguarded_loads(variant, old, new):
         else dict(tile=16, rows=4)
     grid, block, fn = ops.matmul_launch(variant, *(MC @ MD).shape, **shape)
     out = np.zeros((MC.shape[0], MD.shape[1]), np.float32)
-    run_traced(fn, grid, block, MC, MD, out, budget_s=None)
+    run_traced(fn, grid, block, MC, MD, out)
     np.testing.assert_allclose(out, MC @ MD, rtol=1e-4, atol=1e-4)
     with pytest.raises(OutOfBounds):
-        run_traced(mutant(fn, old, new), grid, block, MC, MD, out, budget_s=None)
+        run_traced(mutant(fn, old, new), grid, block, MC, MD, out)
 
 
 def test_run_numba_copies_back_in_place():
@@ -197,8 +202,23 @@ def test_exited_threads_do_not_block_the_barrier():
             out[t] = 1.0
         return kernel
     out = np.zeros(64, np.float32)
-    run_traced(early_exit, 1, 64, out)
+    trace = run_traced(early_exit, 1, 64, out)
     assert out.sum() == 40
+    assert trace.thread_syncs.tolist() == [[1] * 40 + [0] * 24]
+
+
+def test_barriers_are_counted_per_thread():
+    """The busiest thread of a tree whose idle threads return early still passes every
+    level's barrier, though the mean per thread is lower."""
+    from test_kernels_analysis import early_exit_tree
+    x = X300[:128]
+    tree = run_traced(lib.reduce_shared(64), 2, 64, x, np.zeros(2, np.float32))
+    early = run_traced(early_exit_tree, 2, 64, x, np.zeros(2, np.float32))
+    assert (tree.thread_syncs == 7).all() and tree.syncs == 2 * 64 * 7
+    # thread t < 32 passes 1 + (levels with s > t); t >= 32 only the load's barrier
+    want = [1 + sum(s > t for s in (32, 16, 8, 4, 2, 1)) for t in range(64)]
+    assert early.thread_syncs.tolist() == [want, want] and early.thread_syncs.max() == 7
+    assert early.syncs == 2 * sum(want) < tree.syncs
 
 
 def test_exceptions_in_lockstep_threads_propagate():
@@ -292,17 +312,238 @@ def test_restart_in_lockstep_starts_from_the_original_inputs():
     a = np.zeros(32, np.float32)
     trace = run_traced(accumulate, 1, 32, a)
     assert np.all(a == 1.0)
-    from labkit.kernels.analysis import traffic
     assert traffic(trace).global_writes == 32 and traffic(trace).global_reads == 32
 
 
-def test_size_guard_names_the_estimate_and_the_alternative():
+def test_a_launch_too_big_to_trace_is_refused_by_its_size_before_it_runs():
     big = np.ones((128, 128), np.float32)
-    with pytest.raises(ValueError, match=r"would take about \d+ s.*runner='numba'.*budget_s=None"):
+    with pytest.raises(TraceLimitExceeded, match=r"256 blocks x 64 threads = 16384 threads, "
+                       r"over the tracer's limit of 8192 \(max_threads\).*runner='numba'"):
         ops.matmul(big, big)
-    # a tiny budget trips on any multi-block launch; budget_s=None turns the guard off
-    with pytest.raises(ValueError, match="budget_s"):
-        run_traced(lib.vector_add, 4, 32, A1, B1, np.zeros(100, np.float32), budget_s=1e-9)
+    # refused before it runs: no thread wrote anything
+    a = np.ones(3 * 10**5, np.float32)
+    out = np.zeros_like(a)
+    with pytest.raises(ValueError, match=r"its arrays hold 900000 elements \(a 300000, b "
+                       r"300000, out 300000\), over the tracer's limit of 262144 "
+                       r"\(max_elements\).*runner='numba'.*smaller size"):
+        run_traced(lib.vector_add, 1, 32, a, a, out)
+    assert not out.any()
+    # the limits are the caller's to lift
+    run_traced(lib.vector_add, 1, 32, a, a, out, max_elements=None)
+    assert (out[:32] == 2).all() and not out[32:].any()
+
+
+def test_the_old_time_budget_is_accepted_and_changes_nothing():
+    """budget_s (seconds) no longer decides anything: a budget no launch could meet before
+    (it raised on any multi-block launch) now gives the same trace as none at all."""
+    runs = []
+    for budget in (1e-9, None, 10.0):
+        out = np.zeros(100, np.float32)
+        runs.append(run_traced(lib.vector_add, 4, 32, A1, B1, out, budget_s=budget))
+        np.testing.assert_allclose(out, A1 + B1)
+    assert all(_signature(t) == _signature(runs[0]) for t in runs)
+
+
+def _forever(cuda):
+    def kernel(out):
+        t = cuda.threadIdx.x
+        s = 1
+        while s > 0:                # s never changes: the loop never ends
+            out[t] += 1.0
+    return kernel
+
+
+def _spin_at_barrier(cuda):
+    def kernel(out):
+        while out[0] == 0.0:        # nobody writes out[0]: barriers forever
+            cuda.syncthreads()
+    return kernel
+
+
+def test_a_kernel_that_never_ends_stops_at_the_work_cap():
+    with pytest.raises(TraceLimitExceeded, match=r"over 5000 memory accesses and shuffles "
+                       r"\(max_accesses\).*by block \(0, 0, 0\).*never ends"):
+        run_traced(_forever, 2, 32, np.zeros(64, np.float32), max_accesses=5000)
+    with pytest.raises(TraceLimitExceeded, match=r"over 640 barrier waits.*max_barrier_waits"):
+        run_traced(_spin_at_barrier, 1, 64, np.zeros(64, np.float32), max_barrier_waits=640)
+
+
+def test_the_work_cap_is_exact():
+    """A launch is stopped iff its total work exceeds the cap, whatever the schedule: the
+    add kernel makes 3 accesses per element (a, b, out)."""
     out = np.zeros(100, np.float32)
-    run_traced(lib.vector_add, 4, 32, A1, B1, out, budget_s=None)
-    np.testing.assert_allclose(out, A1 + B1)
+    run_traced(lib.vector_add, 4, 32, A1, B1, out, max_accesses=300)
+    with pytest.raises(TraceLimitExceeded, match="over 299 memory accesses"):
+        run_traced(lib.vector_add, 4, 32, A1, B1, out, max_accesses=299)
+    # 5 blocks x 64 threads x (1 + 6) barriers in the sequential tree of 64
+    run_traced(lib.reduce_shared(64), 5, 64, X300, np.zeros(5, np.float32),
+               max_barrier_waits=5 * 64 * 7)
+    with pytest.raises(TraceLimitExceeded, match="by block \\(4, 0, 0\\)"):
+        run_traced(lib.reduce_shared(64), 5, 64, X300, np.zeros(5, np.float32),
+                   max_barrier_waits=5 * 64 * 7 - 1)
+
+
+def test_a_barrier_some_threads_skip_is_a_deadlock_reported_at_once():
+    def skips(cuda):
+        def kernel(out):
+            t = cuda.threadIdx.x
+            if t < 40:
+                cuda.syncthreads()      # threads 40..63 never come
+            else:
+                out[t] = cuda.shfl_down_sync(0xFFFFFFFF, 1.0, 1)
+                cuda.syncthreads()
+                cuda.syncthreads()
+        return kernel
+    with pytest.raises(Deadlock, match=r"40 at cuda.syncthreads\(\) \(threads 0-39\); 24 at "
+                       r"a shuffle or cuda.syncwarp\(\) of warp 1 \(threads 40-63\)"):
+        run_traced(skips, 1, 64, np.zeros(64, np.float32))
+
+
+def staged(cuda):
+    """Each thread stages n products in a local array (n known at run time only)."""
+    def kernel(a, out, n):
+        i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        tmp = cuda.local.array(3, cuda.float32)
+        for k in range(n):
+            tmp[k] = a[i] * k
+        out[i] = tmp[0] + tmp[1] + tmp[2]
+    return kernel
+
+
+staged_unrolled = mutant(staged, "range(n)", "range(3)")
+
+
+def test_local_arrays_are_recorded_as_local_memory():
+    out = np.zeros(64, np.float32)
+    trace = run_traced(staged, 2, 32, A1[:64], out, 3)
+    np.testing.assert_allclose(out, 3 * A1[:64])
+    (info,) = [x for x in trace.arrays if x.space == LOCAL]
+    assert (info.name, info.shape, info.itemsize, info.registers) == ("tmp", (3,), 4, False)
+    t = traffic(trace)
+    assert (t.local_writes, t.local_reads, t.local_bytes) == (3 * 64, 3 * 64, 4 * 6 * 64)
+    # summed over the threads' own copies
+    assert element_counts(trace, "tmp", WRITE, LOCAL).tolist() == [64, 64, 64]
+    with pytest.raises(OutOfBounds, match=r"tmp \(local\) has shape \(3,\)"):
+        run_traced(staged, 1, 32, A1[:32], out[:32], 4)
+    # a constant trip count: unrolled, tmp[0..2] are registers; recorded, but not traffic
+    unrolled = run_traced(staged_unrolled, 2, 32, A1[:64], out, 3)
+    assert [x.registers for x in unrolled.arrays if x.space == LOCAL] == [True]
+    t = traffic(unrolled)
+    assert (t.local_writes, t.local_reads, t.register_accesses) == (0, 0, 6 * 64)
+
+
+_PTX_SCRIPT = """
+import json, os, sys
+os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+sys.path[:0] = sys.argv[1:]
+try:
+    from numba import cuda
+    from test_kernels_tracer import ptx_cases
+    out = {}
+    for name, (fn, sig, _) in ptx_cases().items():
+        ptx, _ = cuda.compile_ptx(fn(cuda), sig, cc=(9, 0))
+        out[name] = "ld.local" in ptx or "st.local" in ptx
+except Exception as exc:   # no libnvvm / libnvrtc: nothing to compare with
+    out = {"missing": repr(exc)[:300]}
+print(json.dumps(out))
+"""
+
+
+def ptx_cases():
+    """Kernels whose local arrays the compiler keeps in registers (False) or not (True),
+    with a numba signature and a traced launch."""
+    from test_kernels_analysis import thread0_local_copy
+    m2 = "(float32[:, ::1], float32[:, ::1], float32[:, ::1])"
+    a = np.ones((16, 16), np.float32)
+
+    def mm(grid, block):
+        return lambda fn: run_traced(fn, grid, block, a, a, np.zeros_like(a))
+
+    def vec(fn):
+        return run_traced(fn, 1, 32, A1[:32], np.zeros(32, np.float32), 3)
+
+    return {
+        "matmul_2d_blocked": (lib.matmul_2d_blocked(16, 16, 8, 2, 2), m2, mm((1, 1), (8, 8))),
+        "matmul_register_blocked": (lib.matmul_register_blocked(8, 2), m2,
+                                    mm((2, 2), (8, 4))),
+        "reduce_fast": (lib.reduce_fast(64, 4), "(float32[::1], float32[::1])",
+                        lambda fn: run_traced(fn, 1, 64, X300, np.zeros(1, np.float32))),
+        "staged": (staged, "(float32[::1], float32[::1], int64)", vec),
+        "staged_unrolled": (staged_unrolled, "(float32[::1], float32[::1], int64)", vec),
+        "thread0_local_copy": (thread0_local_copy, m2, mm((1, 1), (8, 8))),
+    }
+
+
+def test_which_local_arrays_are_registers_agrees_with_the_compiler():
+    """The tracer's reading of the source against numba-cuda's PTX (where a CUDA toolchain
+    with libnvvm and libnvrtc is installed; no GPU needed)."""
+    import json
+    from pathlib import Path
+    here = str(Path(__file__).parent)
+    run = subprocess.run([sys.executable, "-c", _PTX_SCRIPT, here, str(Path(here).parent)],
+                         capture_output=True, text=True, timeout=600)
+    ptx = json.loads(run.stdout.strip().splitlines()[-1])
+    if "missing" in ptx:
+        pytest.skip(f"no CUDA toolchain to compile PTX: {ptx['missing']}")
+    tracer = {name: not all(x.registers for x in trace(fn).arrays if x.space == LOCAL)
+              for name, (fn, _, trace) in ptx_cases().items()}
+    assert tracer == ptx
+    assert ptx == {"matmul_2d_blocked": False, "matmul_register_blocked": False,
+                   "reduce_fast": False, "staged": True, "staged_unrolled": False,
+                   "thread0_local_copy": True}
+
+
+def test_shuffles_are_recorded_per_lane_and_site():
+    trace = ops.reduce_sum(X300[:128], variant="warp", block=64).trace
+    sh = trace.shuffle_columns
+    assert sh["block"].size == trace.shuffles == 2 * 64 * 5
+    assert set(sh["occurrence"].tolist()) == set(range(5))       # 5 steps per lane
+    (line,) = {trace.sites[s] for s in sh["site"]}
+    source = inspect.getsource(lib.reduce_warp(64)).splitlines()
+    first = lib.reduce_warp(64).__code__.co_firstlineno
+    assert "shfl_down_sync" in source[line - first]
+
+
+def _signature(trace):
+    """Everything a trace holds, as plain data."""
+    return (trace.griddim, trace.blockdim, trace.arrays, trace.sites,
+            {k: v.tolist() for k, v in trace.columns.items()},
+            {k: v.tolist() for k, v in trace.shuffle_columns.items()},
+            trace.shuffles, trace.syncs, trace.syncwarps, trace.thread_syncs.tolist())
+
+
+def _load_independent_runs():
+    """What the tracer decides about a few launches: lockstep, shuffles, a race, early
+    exits, one refused by size and one stopped by the work cap."""
+    from labkit.kernels.analysis import races
+    from test_kernels_analysis import early_exit_tree, unrolled_last_warp
+    out = []
+    for fn, grid, block, args in [
+            (lib.reduce_shared(64), 4, 64, (X300[:200], np.zeros(4, np.float32))),
+            (lib.reduce_warp(64), 2, 64, (X300[:128], np.zeros(2, np.float32))),
+            (unrolled_last_warp(False), 1, 64, (X300[:64], np.zeros(1, np.float32))),
+            (early_exit_tree, 2, 64, (X300[:100], np.zeros(2, np.float32)))]:
+        trace = run_traced(fn, grid, block, *args)
+        out.append((_signature(trace), races(trace)))
+    for fn, grid, block, args, limits in [
+            (lib.vector_add, 300, 32, (A1, B1, np.zeros(100, np.float32)), {}),
+            (_forever, 2, 32, (np.zeros(64, np.float32),), dict(max_accesses=3000)),
+            (_spin_at_barrier, 1, 64, (np.zeros(64, np.float32),),
+             dict(max_barrier_waits=300))]:
+        with pytest.raises(TraceLimitExceeded) as err:
+            run_traced(fn, grid, block, *args, **limits)
+        out.append(str(err.value))
+    return out
+
+
+def test_traces_and_decisions_do_not_depend_on_the_machine_load():
+    idle = _load_independent_runs()
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
+    try:
+        loaded = _load_independent_runs()
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    assert loaded == idle
+    assert len(idle[2][1]) > 0 and idle[3][1] == []    # the race is seen, the exits are not

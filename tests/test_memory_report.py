@@ -10,7 +10,7 @@ from labkit.memory import measure, report, scenarios
 from labkit.memory.measure import CheckpointResult, count_params
 from labkit.memory.plots import plot_walkthrough
 from labkit.memory.record import StepSpec
-from labkit.memory.trace import Trace
+from labkit.memory.trace import MemoryTrace
 from labkit.validate import ceil_div
 
 
@@ -46,7 +46,7 @@ def test_step_spec_counts_the_parameters_torch_builds():
 
 
 def test_allocations_by_phase_counts_allocations_not_frees():
-    t = Trace(np.array([1, 1, 0, 1, 1, 0, 0, 0]), np.array([1, 2, 1, 3, 4, 4, 2, 3]),
+    t = MemoryTrace(np.array([1, 1, 0, 1, 1, 0, 0, 0]), np.array([1, 2, 1, 3, 4, 4, 2, 3]),
               np.array([10, 20, 10, 5, 7, 7, 20, 5]),
               phases=("setup", "forward", "forward", "backward", "", "", "backward",
                       "zero_grad"))

@@ -1,4 +1,4 @@
-"""Trace replay, PyTorch snapshot loading, a real torch step recorded and replayed."""
+"""MemoryTrace replay, PyTorch snapshot loading, a real torch step recorded and replayed."""
 import pickle
 
 import matplotlib
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from labkit.memory import (
-    CachingAllocator, Trace, load_snapshot, replay, save_snapshot,
+    CachingAllocator, MemoryTrace, load_snapshot, replay, save_snapshot,
 )
 from labkit.memory.constants import MiB
 
@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 def test_replay_list_of_events_matches_direct_calls():
     events = [("alloc", 1, 3 * MiB), ("alloc", 2, 1000), ("free", 1, 3 * MiB),
               ("alloc", 3, 2 * MiB), ("free", 2, 1000), ("free", 3, 2 * MiB)]
-    tl = replay(Trace.from_events(events))
+    tl = replay(MemoryTrace.from_events(events))
     assert tl.allocated.tolist() == [3 * MiB, 3 * MiB + 1024, 1024, 2 * MiB + 1024,
                                      2 * MiB, 0]
     assert tl.reserved.tolist() == [20 * MiB] + [22 * MiB] * 5
@@ -25,21 +25,21 @@ def test_replay_list_of_events_matches_direct_calls():
 
 def test_replay_bad_traces():
     with pytest.raises(ValueError, match="not allocated"):
-        replay(Trace.from_events([("alloc", 1, 10), ("free", 2, 10)]))
+        replay(MemoryTrace.from_events([("alloc", 1, 10), ("free", 2, 10)]))
     with pytest.raises(ValueError, match="twice"):
-        replay(Trace.from_events([("alloc", 1, 10), ("alloc", 1, 10)]))
+        replay(MemoryTrace.from_events([("alloc", 1, 10), ("alloc", 1, 10)]))
     with pytest.raises(ValueError, match="action"):
-        Trace.from_events([("malloc!", 1, 10)])
+        MemoryTrace.from_events([("malloc!", 1, 10)])
     with pytest.raises(ValueError, match="size"):
-        Trace.from_events([("alloc", 1, -3)])
-    tl = replay(Trace.from_events([("free", 9, 10), ("alloc", 1, 0), ("free", 1, 0)]),
+        MemoryTrace.from_events([("alloc", 1, -3)])
+    tl = replay(MemoryTrace.from_events([("free", 9, 10), ("alloc", 1, 0), ("free", 1, 0)]),
                 ignore_unknown_frees=True)
     assert tl.allocated.tolist() == [0, 0, 0]
 
 
 def test_replay_stops_at_oom():
     events = [("alloc", i, 30 * MiB) for i in range(5)]
-    tl = replay(Trace.from_events(events), CachingAllocator(capacity=100 * MiB))
+    tl = replay(MemoryTrace.from_events(events), CachingAllocator(capacity=100 * MiB))
     assert tl.oom_at == 3 and "out of memory" in tl.oom_message and len(tl.allocated) == 3
 
 
@@ -105,7 +105,7 @@ def test_save_then_load_round_trip(tmp_path):
     a = CachingAllocator()
     x, y = a.malloc(3 * MiB), a.malloc(700)
     a.free(x)
-    trace = Trace.from_events([("alloc", 5, 100), ("free", 5, 100)])
+    trace = MemoryTrace.from_events([("alloc", 5, 100), ("free", 5, 100)])
     snap = load_snapshot(save_snapshot(a, tmp_path / "s.pickle", trace))
     assert tuple(a.segments()) == snap.segments
     assert snap.trace.events() == trace.events()
@@ -113,10 +113,10 @@ def test_save_then_load_round_trip(tmp_path):
 
 
 def test_tile_needs_a_balanced_trace():
-    t = Trace.from_events([("alloc", 1, 10), ("free", 1, 10)])
+    t = MemoryTrace.from_events([("alloc", 1, 10), ("free", 1, 10)])
     assert len(t.tile(3)) == 6
     with pytest.raises(ValueError, match="balanced"):
-        Trace.from_events([("alloc", 1, 10)]).tile(2)
+        MemoryTrace.from_events([("alloc", 1, 10)]).tile(2)
 
 
 @pytest.fixture(scope="module")

@@ -26,15 +26,17 @@ def _sample(x):
 
 
 def test_plain_function_mutant_changes_only_the_copy():
-    reference = ch11.can_backfill
-    strict = mutant(reference, "now + job_estimate <= shadow", "now + job_estimate < shadow")
+    reference = ch11._can_backfill_first_end
+    strict = mutant(reference, "now + est <= shadow", "now + est < shadow")
     # head needs 4 (3 free, 1 more at t=10); the job ends exactly at the shadow time
     case = (0.0, 3, [(10.0, 1)], 4, 2, 10.0)
     assert reference(*case) is True and strict(*case) is False
-    assert ch11.can_backfill is reference                 # the module is untouched
-    assert "__mutant_scope__" not in vars(ch11) and "can_backfill_mutant" not in vars(ch11)
+    assert ch11._can_backfill_first_end is reference      # the module is untouched
+    assert "__mutant_scope__" not in vars(ch11)
+    assert "_can_backfill_first_end_mutant" not in vars(ch11)
     assert strict.__globals__ is reference.__globals__    # same module globals
-    assert strict.__name__ == "can_backfill_mutant" and strict.__doc__ == reference.__doc__
+    assert strict.__name__ == "_can_backfill_first_end_mutant"
+    assert strict.__doc__ == reference.__doc__
 
 
 def test_source_shows_the_change_and_a_mutant_mutates_again():

@@ -208,3 +208,24 @@ def test_uniform_vectors_round_down_to_equal_chunks():
         uniform_vectors(8, 10)
     with pytest.raises(ValueError, match="world"):
         uniform_vectors(0, 10)
+
+
+@pytest.mark.parametrize("alg, p", [("ring", 5), ("pairwise", 4), ("recursive_halving", 4)])
+def test_reduce_scatter_records_what_each_message_carried(alg, p):
+    data = [np.random.default_rng(r).standard_normal(11) for r in range(p)]
+    run = reduce_scatter(data, alg, record=True)
+    assert len(run.payloads) == run.messages and len(run.history) == run.steps
+    before = [d.copy() for d in data]
+    for s in range(run.steps):
+        after = [b.copy() for b in before]
+        for m, pl in zip(run.log, run.payloads):
+            if m.step != s:
+                continue
+            a, b = run.chunk_bounds[m.chunk[0]], run.chunk_bounds[m.chunk[1]]
+            np.testing.assert_array_equal(pl, before[m.sender][a:b])    # sent before adding
+            assert pl.nbytes == m.nbytes
+            after[m.receiver][a:b] += pl
+        for r in range(p):
+            np.testing.assert_allclose(run.history[s][r], after[r], rtol=1e-12)
+        before = [np.array(h) for h in run.history[s]]
+    assert reduce_scatter(data, alg).payloads == ()                     # off by default

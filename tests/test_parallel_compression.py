@@ -62,22 +62,29 @@ def test_powersgd_recovers_low_rank_mean():
     comp = C.PowerSGD(rank=2)
     out, nbytes = comp.aggregate(grads)
     np.testing.assert_allclose(out[0], 2 * u @ v, rtol=1e-8, atol=1e-8)
-    assert nbytes == (20 + 15) * 2 * 4
+    assert nbytes == round(2 * 2 / 3 * (20 + 15) * 2 * 4)     # P and Q, ring all-reduced
 
 
 def test_methods_bytes_and_accuracy(task):
     kw = dict(task=task, workers=4, steps=60, seed=0)
     full = C.train_sync(None, **kw)
-    size = sum(p.size for p in C.init_params(64)) * 4
-    assert full.bytes_per_worker == 60 * size
+    shapes = [p.shape for p in C.init_params(64)]
+    n = sum(int(np.prod(s)) for s in shapes)
+    assert full.bytes_per_worker == 60 * round(2 * 3 / 4 * 4 * n)     # ring all-reduce
     top = C.train_sync(C.TopK(0.01), **kw)
-    assert top.bytes_per_worker < full.bytes_per_worker / 40
+    # ring all-gather of each tensor's k (value, index) pairs: (p - 1) k 8 bytes per worker
+    k = [max(1, round(0.01 * np.prod(s))) for s in shapes]
+    assert top.bytes_per_worker == 60 * 3 * 8 * sum(k)
+    assert top.collective == "ring all-gather"
+    # against the ring at p = 4: 3·8k / (1.5·4n), twice the payload ratio 8k / 4n
+    assert top.bytes_per_worker / full.bytes_per_worker == pytest.approx(
+        2 * (8 * sum(k)) / (4 * n), rel=1e-3)
     i8 = C.train_sync(C.Int8(), **kw)
-    assert i8.bytes_per_worker < full.bytes_per_worker / 3.9
+    assert i8.bytes_per_worker == 60 * 3 * sum(int(np.prod(s)) + 4 for s in shapes)
     local = C.train_local_sgd(6, **kw)
-    assert local.bytes_per_worker == 10 * size
+    assert local.bytes_per_worker == 10 * round(2 * 3 / 4 * 4 * n)
     asy = C.train_async(2, **kw)
-    assert asy.bytes_per_worker == 2 * 60 * size
+    assert asy.bytes_per_worker == 60 * 4 * n          # one gradient sent per update
     for r in (full, top, i8, local, asy):
         assert r.test_accuracy > 0.7, r
     ef = C.train_sync(C.TopK(0.01), **kw)

@@ -41,3 +41,9 @@ def test_reference_step_is_sgd():
 def test_bad_arguments(kw, word):
     with pytest.raises(ValueError, match=word):
         mp_real.run_all(**kw)
+
+
+@pytest.mark.slow
+def test_run_pipeline_alone():
+    r = mp_real.run_pipeline()
+    assert r.max_error < 1e-12 and "544 + 528" in r.detail

@@ -29,10 +29,35 @@ def test_zero_and_planner_numbers(capsys):
     out = capsys.readouterr().out
     assert "ddp        16.00 GB" in out and "zero3       2.00 GB" in out and "2.625 Ψ" in out
     mp_widgets.show_plans(1, "GPT 1T (Table 1)", "A100")
-    assert "nothing fits" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "nothing fits" in out and "add GPUs, or use a GPU with more memory" in out
+    # 127 nodes: every plan fails a divisibility test, none fails on memory
+    mp_widgets.show_plans(127, "GPT-3 175B (Brown et al. 2020)", "A100")
+    out = capsys.readouterr().out
+    assert "nothing fits" in out and "rejected (memory)" not in out
+    assert "memory is not the problem" in out and "add GPUs" not in out
     mp_widgets.show_plans(16, "GPT-3 175B (Brown et al. 2020)", "A100")
     out = capsys.readouterr().out
     assert "#1 " in out and "rejected (memory)" in out and "MFU" in out
+    matplotlib.pyplot.close("all")
+
+
+def test_chunks_slider_acts_only_on_the_interleaved_schedule(capsys):
+    w = mp_widgets.schedule_widget(kind="1f1b")
+    by = {c.description: c for c in w.kwargs_widgets}
+    kind, chunks = by["schedule"], by["chunks v"]
+    assert chunks.disabled
+    kind.value = "interleaved"
+    assert not chunks.disabled
+    kind.value = "gpipe"
+    assert chunks.disabled
+    assert not mp_widgets.schedule_widget(kind="interleaved").kwargs_widgets[3].disabled
+    # and what it shows says so: for 1F1B the chunks value changes nothing
+    mp_widgets.show_schedule(4, 8, "1f1b", 3, 1.0, 2.0)
+    out = capsys.readouterr().out
+    assert "v=1" in out and "chunks v = 3 is ignored" in out
+    mp_widgets.show_schedule(4, 8, "interleaved", 2, 1.0, 2.0)
+    assert "ignored" not in capsys.readouterr().out
     matplotlib.pyplot.close("all")
 
 

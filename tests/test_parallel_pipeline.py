@@ -2,7 +2,7 @@
 (SC'21 §2.2), dependencies hold in every task, stashes match 1F1B's p - s."""
 import pytest
 
-from labkit.parallel.pipeline import bubble_formula, pipeline_schedule, stage_order
+from labkit.parallel.pipeline import bubble_formula, peak_stash, pipeline_schedule, stage_order
 
 CASES = [("gpipe", 4, 8, 1), ("1f1b", 4, 8, 1), ("1f1b", 8, 64, 1), ("gpipe", 1, 3, 1),
          ("interleaved", 4, 8, 2), ("interleaved", 4, 16, 4), ("interleaved", 8, 64, 4),
@@ -51,6 +51,30 @@ def test_1f1b_order_last_and_first_stage():
                                             ("F", 2, 0), ("B", 2, 0), ("F", 3, 0), ("B", 3, 0)]
     o = pipeline_schedule("1f1b", 4, 6).order(0)
     assert [k for k, _, _ in o] == list("FFFFBFBFBBBB")
+
+
+def test_1f1b_order_with_fewer_microbatches_than_warmup():
+    # m < p - s - 1: the warm-up is cut to m forwards and no steady state follows, so a
+    # "p - s - 1 warm-up forwards, then one more" rule would ask for micro-batches that
+    # do not exist (stage 0 of p = 6 with m = 2 wants 5 warm-up forwards)
+    assert stage_order("1f1b", 6, 2, 0) == [("F", 0, 0), ("F", 1, 0), ("B", 0, 0), ("B", 1, 0)]
+    assert stage_order("1f1b", 5, 1, 1) == [("F", 0, 0), ("B", 0, 0)]
+    # m = p - s - 1 exactly: all forwards are warm-up, then all backwards
+    assert stage_order("1f1b", 5, 3, 1) == [("F", 0, 0), ("F", 1, 0), ("F", 2, 0),
+                                            ("B", 0, 0), ("B", 1, 0), ("B", 2, 0)]
+    for p, m in ((6, 2), (8, 3), (5, 1)):
+        for st in range(p):
+            o = pipeline_schedule("1f1b", p, m).order(st)
+            assert [(k, j, c) for k, j, c in o] == stage_order("1f1b", p, m, st)
+            assert [k for k, _, _ in o].index("B") == min(p - st, m)
+
+
+@pytest.mark.parametrize("kind, p, m, v", CASES + [
+    ("1f1b", 6, 2, 1), ("1f1b", 8, 3, 1), ("gpipe", 5, 2, 1), ("interleaved", 4, 4, 3),
+    ("interleaved", 3, 3, 2), ("interleaved", 8, 8, 2)])
+def test_peak_stash_closed_form_equals_the_simulation(kind, p, m, v):
+    s = pipeline_schedule(kind, p, m, v)
+    assert tuple(peak_stash(kind, p, m, st, v) for st in range(p)) == s.peak_stash
 
 
 @pytest.mark.parametrize("args, word", [

@@ -3,7 +3,7 @@ The roofline model itself is tested in test_kernels_roofline.py."""
 import pytest
 import torch
 
-from labkit.perf.machine import measure_bandwidth, measure_peak_flops
+from labkit.hardware.machine import measure_bandwidth, measure_peak_flops
 from labkit.perf.ops import count_ops
 from labkit.perf.stack import simplenet_counts, simplenet_step_flops, cnn_step_counts
 
@@ -41,3 +41,24 @@ def test_cnn_first_conv_flops():
     conv = cnn_step_counts(2).by_name()["convolution"]
     # conv1: 2 · (B·16·32·32 outputs) · 3·3·3 ; conv2: 2 · (B·32·16·16) · 16·3·3
     assert conv.flops == 2 * 2 * 16 * 32 * 32 * 27 + 2 * 2 * 32 * 16 * 16 * 144
+
+
+def test_the_machine_roofline_names_the_threads_its_peak_ran_on():
+    from labkit.hardware.machine import measure_machine
+    one = measure_machine(threads=1)
+    assert one.name.startswith("this machine (1 thread of ") and one.measured
+    assert "1 thread(s)" in one.source and measure_machine(threads=1) is one
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert measure_machine() is one              # None: torch's current setting
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_count_ops_keeps_the_calls_in_dispatch_order():
+    a, w = torch.randn(4, 8), torch.randn(8, 3)
+    counts = count_ops(lambda: torch.relu(a @ w).sum())
+    assert [o.name for o in counts.sequence] == ["mm", "relu", "sum"]
+    assert all(o.calls == 1 for o in counts.sequence)
+    assert counts.sequence[0].flops == counts.by_name()["mm"].flops == 2 * 4 * 8 * 3

@@ -4,6 +4,7 @@ import pytest
 
 from labkit.data import load_digits
 from labkit.perf import deploy, frameworks, metrics, profiling, stack
+from labkit.torch_models import digits_cnn
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,7 @@ def test_trained_mlp_and_its_memory(mlp, data):
 
 
 def test_saved_activation_bytes_of_the_cnn_count_each_storage_once(data):
-    cnn = metrics.digits_cnn(0)
+    cnn = digits_cnn(0)
     b = 64
     # conv1 saves the input (64 pixels, seen through Unflatten's view); each ReLU output
     # (16 and 32 channels x 64 pixels) once, though two ops keep it; max-pool its int64
@@ -132,32 +133,94 @@ def test_rows_round_trip_and_table(tmp_path):
     assert frameworks.load_rows(tmp_path / "missing.json") is None
     table = frameworks.format_rows(rows)
     assert "| ONNX Runtime | - | - | 500 | 2.00 | inference only |" in table
-    # the chapter's torch.compile row comes from make bench's file, when there is one
-    assert frameworks.cached_compile_rows(tmp_path / "missing.json") == []
-    assert frameworks.cached_compile_rows(path) == []
-    comp = frameworks.FrameworkRow("torch.compile", 1e-3, (9e-4, 2e-3), 4e-4)
+    comp = frameworks.FrameworkRow("torch.compile", 1e-3, (9e-4, 2e-3), 4e-4, "", 3.5)
     path = frameworks.save_rows(rows + [comp], tmp_path / "y.json")
-    assert frameworks.cached_compile_rows(path) == [comp]
-    assert frameworks.compile_note([comp], path).endswith("loaded from y.json")
-    assert "run it and rerun this cell" in frameworks.compile_note([])
+    assert frameworks.load_rows(path)[-1].cold_s == 3.5
     assert frameworks.fastest_trainer(rows) == "torch eager"
     assert frameworks.fastest_trainer(rows + [comp]) == "torch.compile"
     with pytest.raises(ValueError, match="at least one row with a training time"):
         frameworks.fastest_trainer(rows[1:])
+    from labkit import timing
+    assert frameworks.whose(timing.benchmark) == "labkit's benchmark"
+    assert frameworks.whose(timing.interleaved) == "labkit's interleaved"
+
+    def benchmark(fn, **kw):
+        return timing.benchmark(fn, **kw)
+    assert frameworks.whose(benchmark) == "your benchmark()"
 
 
-def test_reproduction_lines():
-    published = {0: 120.0, 3: 1.9}
-    got = metrics.format_reproduction(published, {0: 120.0, 3: 1.875}, "ZeRO stage", "GB")
-    assert got.splitlines() == [
-        "ZeRO stage 0: paper  120.0 GB | labkit  120.00 GB | difference 0.0%",
-        "ZeRO stage 3: paper    1.9 GB | labkit    1.88 GB | difference 1.3%"]
-    assert metrics.format_reproduction(published, None, "s", "GB").splitlines()[1] == \
-        "s 3: paper    1.9 GB | labkit     nan GB | difference nan%"
-    with pytest.raises(TypeError, match="published must be a non-empty dict"):
-        metrics.format_reproduction({}, None, "s", "GB")
-    with pytest.raises(TypeError, match="reproduced must be a dict or None"):
-        metrics.format_reproduction(published, [1.0], "s", "GB")
+def test_compare_times_every_implementation_with_the_harness_it_is_given():
+    from labkit import timing
+    calls = []
+
+    def bench(fn, **kw):
+        calls.append(kw)
+        return timing.benchmark(fn, **kw)
+    rows = frameworks.compare(hidden=32, batch_size=16, bench=bench, interleave=False,
+                              repeats=3, onnx=False, include_jax=False)
+    assert [r.name for r in rows] == ["numpy (by hand)", "labkit.autograd", "torch eager"]
+    assert len(calls) == 6 and all(c == {"repeats": 3, "warmup": 2} for c in calls)
+    assert all(r.train_ci[0] <= r.train_s <= r.train_ci[1] for r in rows)
+    seen = []
+
+    def interleave(fns, **kw):
+        seen.append(sorted(fns))
+        return timing.interleaved(fns, **kw)
+    rows = frameworks.compare(hidden=32, batch_size=16, interleave=interleave, repeats=3,
+                              onnx=False, grads=frameworks.numpy_grads)
+    assert seen == [sorted(r.name for r in rows)] * 2
+    jax_row = rows[-1]
+    assert jax_row.name == "JAX (jit)" and jax_row.cold_s > jax_row.train_s > 0
+    assert jax_row.note.startswith("first call (compiles)")
+    with pytest.raises(TypeError, match="bench must be a function"):
+        frameworks.compare(bench=3)
+
+
+def test_numpy_gradients_equal_torch_for_any_depth():
+    import torch
+    from torch.nn import functional as F
+    rng = np.random.default_rng(0)
+    for sizes in ((5, 3), (6, 8, 4), (7, 9, 5, 3)):
+        params = [(rng.standard_normal((a, b)), rng.standard_normal(b))
+                  for a, b in zip(sizes[:-1], sizes[1:])]
+        x, y = rng.standard_normal((11, sizes[0])), rng.integers(0, sizes[-1], 11)
+        loss, grads = frameworks.numpy_grads(params, x, y)
+        ps = [(torch.tensor(w, requires_grad=True), torch.tensor(b, requires_grad=True))
+              for w, b in params]
+        a = torch.tensor(x)
+        for i, (w, b) in enumerate(ps):
+            a = a @ w + b
+            a = a.relu() if i < len(ps) - 1 else a
+        t = F.cross_entropy(a, torch.tensor(y))
+        t.backward()
+        assert loss == pytest.approx(float(t), rel=1e-12)
+        for (gw, gb), (w, b) in zip(grads, ps):
+            np.testing.assert_allclose(gw, w.grad.numpy(), rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(gb, b.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_papers_set_labkits_numbers_beside_the_published_ones():
+    from labkit.memory.estimator import activation_bytes_per_layer as act, model_state_bytes
+    from labkit.perf import papers
+    from labkit.training.inference import kv_cache_bytes_per_token_per_layer as kv
+    zero = {f"stage {s}": model_state_bytes(7_500_000_000, "mixed", "adam", zero_stage=s,
+                                            dp=64).total / 1e9 for s in range(4)}
+    kept = {k: 1 - act(2048, 1, h, a, sequence_parallel=True, recompute="selective")
+            / act(2048, 1, h, a, sequence_parallel=True)
+            for k, (h, a) in {"GPT-3 175B": (12288, 96), "MT-NLG 530B": (20480, 128)}.items()}
+    opt = kv(40, 128, 2) * 40
+    vllm = {"KB per token": opt / 1024, "GB per 2048-token request": opt * 2048 / 2 ** 30}
+    for key, ours in (("zero", zero), ("korthikanti", kept), ("vllm", vllm)):
+        text = papers.format_reproduction(key, ours)
+        assert "DIFFERS" not in text and text.count("agrees") == len(papers.paper(key).published)
+    assert "DIFFERS" in papers.format_reproduction("vllm", {"KB per token": 819.2})
+    assert "not computed yet" in papers.format_reproduction("zero", None)
+    assert "Pick a paper" in papers.format_reproduction(None, None)
+    with pytest.raises(ValueError, match="paper must be one of"):
+        papers.paper("gpipe")
+    with pytest.raises(TypeError, match="reproduced must be a dict"):
+        papers.format_reproduction("zero", [1.0])
+
 
 
 def test_int8_sizes_and_budget(mlp):

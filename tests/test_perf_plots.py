@@ -5,7 +5,7 @@ import pytest
 
 from labkit.perf import plots, stack
 from labkit.perf.deploy import Budget, Variant, fits
-from labkit.perf.stats import noise_estimates
+from labkit.stats import noise_estimates
 
 matplotlib.use("Agg")
 
@@ -18,8 +18,8 @@ def _close():
 
 def test_cnn_batch_plot_draws_the_curve_the_point_and_the_cpu_runs():
     curve = stack.predict_cnn_curve("H100", batches=(1, 8, 64))
-    cpu = (stack.CnnRun("cpu", 4, 0.5, 0.0, 1e6, 1e11, True),
-           stack.CnnRun("cpu", 16, 1.0, 0.0, 4e6, 1e11, True))
+    cpu = (stack.CnnRun("cpu", 4, 0.5, 0.0, 1e6, 1e-5, 0.4, True, 1),
+           stack.CnnRun("cpu", 16, 1.0, 0.0, 4e6, 4e-5, 0.9, True, 1))
     fig = plots.plot_cnn_batch(curve, curve[1], cpu, "H100")
     pred, point, measured = fig.axes[0].get_lines()
     assert list(pred.get_xdata()) == [1, 8, 64]

@@ -87,3 +87,11 @@ def test_score_models_trains_measures_energy_and_scores(data):
     assert c.energy.seconds > 0 and c.energy.joules > 0
     assert c.parameter_bytes == 4 * (64 * 128 + 128 + 128 * 10 + 10)
     assert (c.batch, c.activation_batch) == (256, 64)
+
+
+def test_mfu_line_names_the_peak(card):
+    line = scorecard.format_mfu({"mlp": card}, "this machine (1 thread of 2 cores, measured)")
+    assert line == (f"training MFU: MLP {card.mfu:.1%} of {card.peak / 1e9:.1f} GFLOP/s, the "
+                    f"peak of this machine (1 thread of 2 cores, measured)")
+    with pytest.raises(TypeError, match="cards must be a non-empty dict"):
+        scorecard.format_mfu({}, "x")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from labkit.perf import benchmark, interleaved, threads
-from labkit.perf.stats import (NoiseEstimates, bootstrap_ci, noise_estimates, noisy_samples,
+from labkit.stats import (NoiseEstimates, bootstrap_ci, noise_estimates, noisy_samples,
                                percentile, speedup_ci, t_ci)
 
 
@@ -121,3 +121,49 @@ def test_benchmark_times_cuda_with_events():
     t = benchmark(lambda: a @ a, repeats=5, warmup=2, device="cuda")
     host = benchmark(lambda: a @ a, repeats=5, warmup=2)          # no sync: the launch only
     assert t.clock == "cuda events" and t.median > host.median
+
+
+def test_a_timing_holds_its_median_and_interval():
+    from labkit.timing import Timing, summarise
+    t = summarise([3.0, 1.0, 2.0, 10.0], level=0.9, resamples=500, seed=3)
+    assert t.samples == (3.0, 1.0, 2.0, 10.0) and t.median == 2.5 and t.level == 0.9
+    ci = bootstrap_ci(t.samples, level=0.9, resamples=500, seed=3)
+    assert (t.low, t.high) == (ci.low, ci.high)
+    assert t.ci().low == t.low and t.ci(level=0.5).high <= t.high
+    assert t.ci(method="t").method == "t"
+    one = summarise([4.0])
+    assert one.median == one.low == one.high == 4.0
+    assert "median 2.5 s [" in str(t) and "90% CI" in str(t)
+    with pytest.raises(TypeError, match="median must be a number"):
+        Timing((1.0,), "1", 1.0, 1.0)
+    with pytest.raises(ValueError, match="samples must hold at least one"):
+        Timing((), 1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="level must be"):
+        Timing((1.0,), 1.0, 1.0, 1.0, level=1.5)
+
+
+def test_bootstrap_of_the_median_is_the_same_vectorised():
+    x = np.random.default_rng(4).lognormal(0, 1, 37)
+    fast = bootstrap_ci(x, resamples=300, seed=2)
+    slow = bootstrap_ci(x, statistic=lambda a: float(np.median(a)), resamples=300, seed=2)
+    assert (fast.low, fast.high) == (slow.low, slow.high)
+
+
+def test_benchmark_and_interleaved_read_the_clock_they_are_given():
+    ticks = iter(range(100))
+    t = benchmark(lambda: None, repeats=3, warmup=0, clock=lambda: next(ticks))
+    assert t.samples == (1.0, 1.0, 1.0) and t.clock == "<lambda>"
+    log = []
+    out = interleaved({"a": lambda: log.append("a"), "b": lambda: log.append("b")},
+                      repeats=2, warmup=1, sync=lambda: log.append("s"))
+    assert log == ["a", "b", "s", "a", "s", "s", "b", "s", "s", "a", "s", "s", "b", "s"]
+    assert set(out) == {"a", "b"} and all(len(t.samples) == 2 for t in out.values())
+    with pytest.raises(TypeError, match="clock must be callable"):
+        benchmark(lambda: None, clock=3)
+
+
+def test_noise_rows_say_what_the_interval_is_around():
+    from labkit.stats import format_noise_rows
+    rows = format_noise_rows((0.0, 0.3)).splitlines()
+    assert rows[2].endswith("| yes |")
+    assert rows[3].startswith("| 0.30 | +52.6% | +2.4% |") and rows[3].endswith("| no |")

@@ -4,7 +4,7 @@ import pytest
 
 from labkit.perf import widgets
 from labkit.perf.deploy import Variant
-from labkit.perf.machine import Roofline
+from labkit.hardware import Roofline
 from widget_checks import first_slider_test
 
 matplotlib.use("Agg")
@@ -33,7 +33,7 @@ def test_widgets_validate_before_building():
     (lambda: widgets.roofline_widget(ROOF, batch=0), "batch"),
     (lambda: widgets.roofline_widget(ROOF, gpu="V100"), "gpu"),
     (lambda: widgets.roofline_widget(ROOF, precision="fp16"), "precision"),
-    (lambda: widgets.cnn_batch_widget((), launch_us=-1.0), "launch_us"),
+    (lambda: widgets.cnn_batch_widget((), host_us=-1.0), "host_us"),
     (lambda: widgets.noise_widget(interference=0.7), "interference"),
     (lambda: widgets.deploy_widget(VARIANTS, slowdown=0.5), "slowdown"),
 ])

@@ -11,6 +11,7 @@ from labkit.kernels.tracer import run_traced
 
 A = np.ones(40, np.float32)
 M = np.ones((9, 9), np.float32)
+Q = np.ones((12, 8), np.float32)
 
 CASES = [
     # (call, exception, text the message must contain)
@@ -58,6 +59,14 @@ CASES = [
     (lambda: run_traced(lib.vector_add, 2, 32, A, A, A, budget_s=0), ValueError, "budget_s"),
     (lambda: run_traced(lib.vector_add, 2, 32, A, A, A, budget_s=float("nan")), ValueError,
      "budget_s"),
+    (lambda: run_traced(lib.vector_add, 2, 32, A, A, A, max_threads=0), ValueError,
+     "max_threads"),
+    (lambda: run_traced(lib.vector_add, 2, 32, A, A, A, max_elements=2.5), ValueError,
+     "max_elements"),
+    (lambda: run_traced(lib.vector_add, 2, 32, A, A, A, max_accesses=-1), ValueError,
+     "max_accesses"),
+    (lambda: run_traced(lib.vector_add, 2, 32, A, A, A, max_barrier_waits="many"), TypeError,
+     "max_barrier_waits"),
     (lambda: occupancy("A100", 0), ValueError, "threads_per_block"),
     (lambda: occupancy("A100", 128.5), ValueError, "threads_per_block"),
     (lambda: occupancy("A100", 128, "32"), TypeError, "registers_per_thread"),
@@ -68,6 +77,27 @@ CASES = [
     (lambda: models.predict_matmul(4096, "cublas"), ValueError, "variant"),
     (lambda: models.fast_reduction_traffic(10, 16, 1), ValueError, "block"),
     (lambda: ops.fast_reduction_blocks(0), ValueError, "n"),
+    (lambda: ops.attention(Q, Q, Q[:5]), ValueError, "one shape"),
+    (lambda: ops.attention(Q, Q, Q, variant="sparse"), ValueError, "variant"),
+    (lambda: ops.attention(Q, Q, Q, rows=3), ValueError, "rows"),
+    (lambda: ops.attention(Q, Q, Q, variant="standard", flash=lib.attention_flash(8, 8)),
+     ValueError, "flash"),
+    (lambda: ops.attention("q", Q, Q), TypeError, "q"),
+    (lambda: ops.attention_traffic(()), ValueError, "sizes"),
+    (lambda: ops.attention_traffic((8, 0)), ValueError, "sizes"),
+    (lambda: ops.attention_traffic((8, 128)), ValueError, "sizes"),
+    (lambda: ops.attention_traffic((8,), d=6), ValueError, "d"),
+    (lambda: ops.attention_traffic((8,), model_sizes="big"), ValueError, "model_sizes"),
+    (lambda: models.attention_traffic(0, 8, "flash"), ValueError, "n"),
+    (lambda: models.attention_traffic(8, 8, "ring"), ValueError, "variant"),
+    (lambda: models.attention_traffic(8, 8, "flash", rows=0), ValueError, "rows"),
+    (lambda: ops.work_table({}), ValueError, "launches"),
+    (lambda: ops.work_table({"x": lib.add_ten}, A, A), ValueError, "x"),
+    (lambda: lib.softmax_rows_warp(3), ValueError, "warps"),
+    (lambda: lib.attention_flash(8, 3), ValueError, "rows"),
+    (lambda: lib.attention_flash(64, 32), ValueError, r"d \* rows"),
+    (lambda: lib.histogram_shared(12), ValueError, "bins"),
+    (lambda: lib.blur_shared(64, 32), ValueError, r"bx \* by"),
 ]
 
 

@@ -130,10 +130,10 @@ ROWS: list[Row] = [
         ("scale", "found_inf", "good_steps"), accepted={"good_steps": (0,), "found_inf": (True,)},
         reals=('scale',)),
     # labkit.perf
-    Row("labkit.perf.stats:percentile", {"samples": [3.0, 1.0, 2.0, 5.0], "q": 50},
+    Row("labkit.stats:percentile", {"samples": [3.0, 1.0, 2.0, 5.0], "q": 50},
         ("samples", "q"), arrays=("samples",), accepted={"q": (0,)},
         reals=('q',)),
-    Row("labkit.perf.stats:t_ci", {"samples": [3.0, 1.0, 2.0, 5.0]}, ("samples", "level"),
+    Row("labkit.stats:t_ci", {"samples": [3.0, 1.0, 2.0, 5.0]}, ("samples", "level"),
         arrays=("samples",)),
     Row("labkit.perf.metrics:mfu", {"forward_flops_per_sample": 1e6, "samples_per_s": 100.0,
                                     "peak": 1e12},

@@ -7,7 +7,9 @@
 Only numpy is imported here; torch and matplotlib are imported by the submodules that use
 them (``fx_passes``, ``draw``, ``plots``, ``widgets``). The experiments built on the engine
 (FLOPs and saved bytes per phase, precision, batch size, train/eval modes, the leak) live in
-:mod:`labkit.training`.
+:mod:`labkit.training`. :mod:`labkit.autograd.rules` swaps a learner's gradient rules into
+the engine (chapter 02's lab); :mod:`labkit.autograd.frameworks` sets labkit's static graph
+beside TorchDynamo's and the jaxpr ``jax.jit`` traces.
 """
 from labkit.autograd.tensor import (  # noqa: F401
     Tensor, accumulate_grad, apply, enable_grad, graph_bytes, graph_nodes, is_grad_enabled,

@@ -3,9 +3,11 @@
 * :func:`two_layer_vs_torch` differentiates ``cross_entropy(relu(X W₁) W₂, y)`` in labkit and
   in PyTorch on the same float64 data and runs :func:`~labkit.autograd.gradcheck.gradcheck`
   (central differences) on it.
-* :func:`rules_vs_torch` compares a matmul and a softmax backward rule with PyTorch's autograd
-  on a batched example: ``dA = g Bᵀ`` and ``dB = Σ_batch Aᵀ g`` (the adjoint of broadcasting
-  is a sum), and softmax's ``Jᵀ g = s ⊙ (g − ⟨g, s⟩)`` with ``J = diag(s) − s sᵀ``.
+* :func:`rules_vs_torch` runs each rule of a learner's
+  :class:`~labkit.autograd.rules.RuleSet` in labkit's engine on a seeded example (a batched
+  matmul whose ``B`` is broadcast, a bias add, an outer product, relu at 0, sums over
+  negative axes, log-softmax of large logits, indexing with repeated indices, softmax over
+  axis 0) and compares the output and gradients with PyTorch's autograd.
 """
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.autograd import functional as F
+from labkit.autograd.functional import log_softmax, softmax
 from labkit.autograd.gradcheck import GradcheckResult, gradcheck
+from labkit.autograd.rules import RuleSet
 from labkit.autograd.tensor import Tensor
 from labkit.validate import integer
 
@@ -28,7 +32,7 @@ class TorchAgreement:
 def two_layer_vs_torch(batch: int = 8, sizes=(5, 7, 3), seed: int = 0) -> TorchAgreement:
     """Gradients of ``cross_entropy(relu(X W₁) W₂, y)`` with respect to W₁ and W₂, in labkit
     and in PyTorch (float64, the same seeded data), and labkit's against central differences."""
-    import torch
+    import torch  # deferred: torch
 
     batch = integer("batch", batch, low=1, high=256)
     if isinstance(sizes, (str, bytes)) or len(tuple(sizes)) != 3:
@@ -52,13 +56,6 @@ def two_layer_vs_torch(batch: int = 8, sizes=(5, 7, 3), seed: int = 0) -> TorchA
     return TorchAgreement(float(diff), gradcheck(loss_fn, w1, w2))
 
 
-@dataclass(frozen=True)
-class RuleErrors:
-    matmul_a: float     # max |grad_a − torch's| for C = A @ B, A batched (4, 3, 5), B (5, 2)
-    matmul_b: float     # the same for grad_b: summed over the broadcast batch axis
-    softmax: float      # max |softmax_backward − torch's| on a (3, 6) input
-
-
 def _max_error(name: str, got, want: np.ndarray) -> float:
     got = np.asarray(got, dtype=np.float64)
     if got.shape != want.shape:
@@ -66,24 +63,88 @@ def _max_error(name: str, got, want: np.ndarray) -> float:
     return float(np.abs(got - want).max())
 
 
-def rules_vs_torch(matmul_backward, softmax_backward, seed: int = 1) -> RuleErrors:
-    """Largest difference between the rules ``matmul_backward(g, a, b) -> (grad_a, grad_b)``
-    and ``softmax_backward(g, s) -> grad_x`` and PyTorch's autograd on seeded inputs."""
-    import torch
+@dataclass(frozen=True)
+class RuleError:
+    """One rule of a rule set against PyTorch's autograd on one seeded example."""
+    op: str              # the op whose rule (or forward) it is
+    case: str            # the example
+    whose: str           # "yours", "labkit's reference" or "labkit's"
+    max_error: float     # max |labkit with the rule set − torch| (inf: the rule failed)
+    note: str = ""       # why it failed
 
-    for name, fn in (("matmul_backward", matmul_backward), ("softmax_backward", softmax_backward)):
-        if not callable(fn):
-            raise TypeError(f"{name} must be a function, got {type(fn).__name__}")
+
+def _rule_cases(rng):
+    """(op, case, arrays, labkit function, torch function) per rule the engine can swap."""
+    import torch  # deferred: torch
+
+    relu_x = rng.normal(size=(3, 6))
+    relu_x[0, :2] = 0.0                              # relu's gradient at 0 is 0 in torch
+    idx = (np.array([0, 2, 2, 1, 2]), np.array([1, 0, 0, 3, 0]))     # repeats accumulate
+    return [
+        ("matmul", "A (4, 3, 5) @ B (5, 2): B broadcast over the batch",
+         (rng.normal(size=(4, 3, 5)), rng.normal(size=(5, 2))), lambda a, b: a @ b, None),
+        ("add", "X (5, 3) + bias (3,): the bias broadcast over the batch",
+         (rng.normal(size=(5, 3)), rng.normal(size=3)), lambda a, b: a + b, None),
+        ("mul", "column (4, 1) * row (1, 3): an outer product",
+         (rng.normal(size=(4, 1)), rng.normal(size=(1, 3))), lambda a, b: a * b, None),
+        ("relu", "relu of (3, 6), zeros included", (relu_x,), lambda x: x.relu(), None),
+        ("sum", "sum over axes (0, -1) of (2, 3, 4)", (rng.normal(size=(2, 3, 4)),),
+         lambda x: x.sum(axis=(0, -1)), None),
+        ("mean", "mean over axis 1 of (3, 5), keepdims", (rng.normal(size=(3, 5)),),
+         lambda x: x.mean(axis=1, keepdims=True), None),
+        ("log_softmax", "log_softmax over axis 1 of (3, 6) logits of size ~1000",
+         (rng.normal(size=(3, 6)) * 1000,), lambda x: log_softmax(x, 1),
+         lambda x: torch.log_softmax(x, 1)),
+        ("getitem", "x[rows, cols] of (3, 4) with repeated pairs", (rng.normal(size=(3, 4)),),
+         lambda x: x[idx], lambda x: x[tuple(torch.from_numpy(i) for i in idx)]),
+        ("softmax", "softmax over axis 0 of (4, 3)", (rng.normal(size=(4, 3)),),
+         lambda x: softmax(x, 0), lambda x: torch.softmax(x, 0)),
+    ]
+
+
+def rules_vs_torch(rules, seed: int = 1) -> list[RuleError]:
+    """Each rule of ``rules`` (a :class:`~labkit.autograd.rules.RuleSet`) run by labkit's
+    engine on a seeded example, against PyTorch's autograd: the largest difference over the
+    output (for a replaced forward) and the gradients of every input."""
+    import torch  # deferred: torch
+
+    if not isinstance(rules, RuleSet):
+        raise TypeError(f"rules must be a labkit.autograd.rules.RuleSet, got "
+                        f"{type(rules).__name__}")
+    strict = RuleSet(**rules.rules, forward=rules.forwards, strict=True)
     rng = np.random.default_rng(integer("seed", seed, low=0))
-    a, b, g = rng.normal(size=(4, 3, 5)), rng.normal(size=(5, 2)), rng.normal(size=(4, 3, 2))
-    ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
-    (ta @ tb).backward(torch.tensor(g))
-    ga, gb = matmul_backward(g, a, b)
-    xs = torch.tensor(rng.normal(size=(3, 6)), requires_grad=True)
-    s = torch.softmax(xs, -1)
-    gs = rng.normal(size=(3, 6))
-    s.backward(torch.tensor(gs))
-    return RuleErrors(_max_error("grad_a", ga, ta.grad.numpy()),
-                      _max_error("grad_b", gb, tb.grad.numpy()),
-                      _max_error("softmax_backward's result",
-                                 softmax_backward(gs, s.detach().numpy()), xs.grad.numpy()))
+    rows = []
+    for op, case, arrays, fn, torch_fn in _rule_cases(rng):
+        key = op if strict.rule_for(op) is not None else (
+            f"{op} forward" if op in strict.forwards else None)     # the row's name
+        if key is None:
+            continue
+        leaves = [Tensor(a, requires_grad=True) for a in arrays]
+        ts = [torch.tensor(a, requires_grad=True) for a in arrays]
+        want = (torch_fn or fn)(*ts)
+        g = rng.normal(size=tuple(want.shape))
+        want.backward(torch.tensor(g))
+        try:
+            with strict:
+                out = fn(*leaves)
+                out.backward(g)
+        except Exception as exc:               # noqa: BLE001 - the rule failed: say how
+            rows.append(RuleError(key, case, rules.whose(key), float("inf"),
+                                  f"{type(exc).__name__}: {exc}"))
+            continue
+        err = float(np.abs(out.data - want.detach().numpy()).max())
+        for leaf, t in zip(leaves, ts):
+            err = max(err, _max_error(f"the gradient of {op}'s input", leaf.grad.data,
+                                      t.grad.numpy()))
+        rows.append(RuleError(key, case, rules.whose(key), err))
+    return rows
+
+
+def format_rule_errors(rows: list[RuleError]) -> str:
+    """The rows of :func:`rules_vs_torch` as a table."""
+    lines = [f"{'op':<20} {'rule':<19} {'max |labkit - torch|':>21}  example"]
+    for r in rows:
+        lines.append(f"{r.op:<20} {r.whose:<19} {r.max_error:>21.2e}  {r.case}")
+        if r.note:
+            lines.append(f"{'':<20} failed: {r.note}")
+    return "\n".join(lines)

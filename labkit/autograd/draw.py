@@ -5,7 +5,8 @@ in the manner of Sugiyama et al., IEEE SMC 1981, without crossing minimisation).
 """
 from __future__ import annotations
 
-from labkit.autograd.trace import Graph
+from labkit.autograd.tensor import Tensor
+from labkit.autograd.trace import Graph, graph_of
 
 COLORS = {"input": "#9ecae1", "const": "#d9d9d9", "fused": "#a1d99b"}
 OP_COLOR = "#fdae6b"
@@ -28,10 +29,7 @@ def layout(graph: Graph) -> dict[str, tuple[float, float]]:
 
 def draw_graph(obj, ax=None, title: str | None = None):
     """Draw a :class:`Graph` or the autograd graph behind a Tensor; returns the Figure."""
-    import matplotlib.pyplot as plt
-
-    from labkit.autograd.tensor import Tensor
-    from labkit.autograd.trace import graph_of
+    import matplotlib.pyplot as plt  # deferred: matplotlib
 
     graph = graph_of(obj) if isinstance(obj, Tensor) else obj
     if not isinstance(graph, Graph):

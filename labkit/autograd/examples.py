@@ -6,8 +6,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.autograd import functional as F
+from labkit.autograd.passes import eliminate_dead_code, optimize
 from labkit.autograd.tensor import Tensor
-from labkit.autograd.trace import Graph
+from labkit.autograd.trace import Graph, trace
 from labkit.validate import integer, number
 
 
@@ -47,9 +48,6 @@ def optimize_program(depth: int = 1, *, dead_code=None, seed: int = 1) -> PassRu
     order of :func:`~labkit.autograd.passes.optimize`; ``dead_code`` defaults to labkit's
     :func:`~labkit.autograd.passes.eliminate_dead_code`, or pass your own), and compare the
     optimized graph with the eager program on a new seeded input."""
-    from labkit.autograd.passes import eliminate_dead_code, optimize
-    from labkit.autograd.trace import trace
-
     fn, x = layered_program(depth=depth)
     graph = trace(fn, x)
     best = optimize(graph, dead_code=eliminate_dead_code if dead_code is None else dead_code)

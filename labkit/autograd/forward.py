@@ -209,13 +209,20 @@ class ModeCost:
         return "forward" if self.forward_seconds < self.reverse_seconds else "reverse"
 
 
-def mode_cost(n: int, m: int, *, hidden: int = 32, repeats: int = 3, seed: int = 0) -> ModeCost:
+def mode_cost(n: int, m: int, *, hidden: int = 32, repeats: int = 3, seed: int = 0,
+              jacobians=None) -> ModeCost:
     """Time the full Jacobian of an R^n -> R^m function in forward vs reverse mode.
 
     Forward mode needs n passes, reverse mode m passes (median of ``repeats`` timings).
+    ``jacobians``: a pair ``(forward, reverse)`` of functions ``jac(fn, x) -> (m, n)`` to time
+    instead of labkit's :func:`jacobian_forward` and :func:`jacobian_reverse`.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
+    jac_fwd, jac_rev = (jacobian_forward, jacobian_reverse) if jacobians is None else jacobians
+    if not (callable(jac_fwd) and callable(jac_rev)):
+        raise TypeError(f"jacobians must be a pair of functions (forward, reverse), got "
+                        f"{jacobians!r}")
     f = make_function(n, m, hidden, seed)
     x = np.random.default_rng(seed + 1).normal(size=n)
 
@@ -227,7 +234,7 @@ def mode_cost(n: int, m: int, *, hidden: int = 32, repeats: int = 3, seed: int =
             times.append(time.perf_counter() - t0)
         return float(np.median(times))
 
-    return ModeCost(n, m, n, m, timed(jacobian_forward), timed(jacobian_reverse))
+    return ModeCost(n, m, n, m, timed(jac_fwd), timed(jac_rev))
 
 
 def mode_cost_sweep(ns, m: int, **kw) -> list[ModeCost]:

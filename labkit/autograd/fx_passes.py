@@ -7,6 +7,7 @@ Deep Learning in Python", MLSys 2022, sec. 4).
 """
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 
 
@@ -14,7 +15,7 @@ def swap_modules(module, module_type, fn):
     """Trace ``module`` and replace every call of a ``module_type`` submodule by ``fn``
     (e.g. ReLU → ``torch.nn.functional.gelu``). Returns the rewritten ``GraphModule`` and
     how many calls were replaced; ``module`` itself is unchanged."""
-    import torch.fx as fx
+    import torch.fx as fx  # deferred: torch
 
     if not isinstance(module_type, type):
         raise ValueError(f"module_type must be a class such as torch.nn.ReLU, got "
@@ -56,7 +57,7 @@ def dynamo_capture(fn, *inputs) -> DynamoCapture:
     No code is generated, so this takes about a second, not the tens of seconds Inductor's
     first C++ compile takes on a CPU.
     """
-    import torch
+    import torch  # deferred: torch
 
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {fn!r}")
@@ -90,7 +91,7 @@ class SwapResult:
 def swap_and_compare(module, module_type, fn, x) -> SwapResult:
     """:func:`swap_modules` plus what a reader checks: the graph before, the code after,
     and whether the rewrite changed the module's output on the probe input ``x``."""
-    import torch
+    import torch  # deferred: torch
     import torch.fx as fx
 
     if not isinstance(x, torch.Tensor):
@@ -103,7 +104,7 @@ def swap_and_compare(module, module_type, fn, x) -> SwapResult:
 
 
 def graph_break_step(x):
-    import torch
+    import torch  # deferred: torch
 
     y = torch.tanh(x) * 2
     if y.sum() > 0:            # data-dependent Python control flow
@@ -118,9 +119,7 @@ def inductor_cpp_compiler() -> str | None:
     ``(None, $CXX or "g++")``, where ``None`` stands for a conda-installed g++, tried only
     when ``TORCH_INDUCTOR_INSTALL_GXX`` is set (``torch/_inductor/cpp_builder.py``:
     ``get_cpp_compiler``, ``cpp_compiler_search``)."""
-    import shutil
-
-    from torch._inductor import config
+    from torch._inductor import config  # deferred: torch
 
     search = config.cpp.cxx if isinstance(config.cpp.cxx, (list, tuple)) else (config.cpp.cxx,)
     for name in search:

@@ -14,6 +14,27 @@ from labkit.autograd.tensor import Tensor
 from labkit.validate import array, nonnegative, positive
 
 
+def numeric_vjp(f, xs, g, eps: float = 1e-6) -> list:
+    """Central differences of <g, f(*xs)> with respect to each array of ``xs`` (numpy
+    functions and float64 arrays): the vector-Jacobian product a backward rule must give,
+    each entry (⟨g, f(x + eps e_i)⟩ − ⟨g, f(x − eps e_i)⟩) / (2 eps), error O(eps²)."""
+    if not callable(f):
+        raise TypeError(f"f must be a function, got {type(f).__name__} {f!r}")
+    eps = positive("eps", eps)
+    xs = [array(f"xs[{i}]", x, dtype=np.float64, finite=True) for i, x in enumerate(xs)]
+    g = np.asarray(g, dtype=np.float64)
+    out = []
+    for i, x in enumerate(xs):
+        grad = np.zeros_like(x)
+        for j in np.ndindex(x.shape):
+            plus, minus = [a.copy() for a in xs], [a.copy() for a in xs]
+            plus[i][j] += eps
+            minus[i][j] -= eps
+            grad[j] = (np.sum(g * f(*plus)) - np.sum(g * f(*minus))) / (2 * eps)
+        out.append(grad)
+    return out
+
+
 @dataclass(frozen=True)
 class GradcheckResult:
     ok: bool

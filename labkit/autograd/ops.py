@@ -18,6 +18,7 @@ them back to each input's shape (:func:`unbroadcast`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -151,6 +152,35 @@ register("sigmoid", forward=_sigmoid, vjp=lambda g, out, xs, needs: (g * out * (
 
 register("relu", forward=lambda a: np.maximum(a, 0), vjp=lambda g, out, xs, needs: (g * (out > 0),),
          jvp=lambda ts, out, xs: ts[0] * (out > 0), saves_output=True, elementwise=True)
+
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+
+
+def normal_cdf(a):
+    """Φ(a) = erfc(−a/√2) / 2, the standard normal distribution function, elementwise
+    (``math.erfc``: exact to double precision, and in the left tail too, where
+    ``(1 + erf(a/√2)) / 2`` cancels)."""
+    a = np.asarray(a)
+    return (0.5 * np.asarray(_erfc(-a / math.sqrt(2.0)), dtype=np.float64)).astype(
+        a.dtype if a.dtype.kind == "f" else np.float64, copy=False)
+
+
+def gelu_forward(a):
+    """GELU(x) = x Φ(x), the exact (erf) form — Hendrycks & Gimpel, "Gaussian Error Linear
+    Units (GELUs)", arXiv:1606.08415 (2016), §2 — not its tanh approximation
+    ``0.5 x (1 + tanh(√(2/π)(x + 0.044715 x³)))``; ``torch.nn.functional.gelu``'s default
+    (``approximate='none'``)."""
+    return a * normal_cdf(a)
+
+
+def gelu_vjp_rule(g, x):
+    """GELU backward: d/dx x Φ(x) = Φ(x) + x φ(x), φ(x) = exp(−x²/2) / √(2π), times ``g``.
+    The Jacobian is diagonal, so the same product with a tangent for ``g`` is the JVP."""
+    return g * (normal_cdf(x) + x * np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi))
+
+
+register("gelu", forward=gelu_forward, vjp=lambda g, out, xs, needs: (gelu_vjp_rule(g, xs[0]),),
+         jvp=lambda ts, out, xs: gelu_vjp_rule(ts[0], xs[0]), saves=(0,), elementwise=True)
 
 # ---- matrix product --------------------------------------------------------------------
 

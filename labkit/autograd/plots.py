@@ -5,7 +5,7 @@ import numpy as np
 
 
 def _fig(ncols=1, size=(6.4, 3.6)):
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
     fig, axes = plt.subplots(1, ncols, figsize=size, constrained_layout=True)
     return fig, axes
 

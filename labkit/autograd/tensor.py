@@ -21,6 +21,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from labkit.autograd import counters as _counters
+from labkit.autograd import rules as _rules
 from labkit.autograd.ops import OPS, Op, unbroadcast
 from labkit.validate import integer
 
@@ -319,7 +320,8 @@ def local_vjp(node: Tensor, g: np.ndarray) -> list[tuple[Tensor, np.ndarray]]:
     """One step of reverse mode at ``node``: ``(parent, gradient)`` for each parent that
     requires grad, the gradient being ``g`` times the local Jacobian of ``node``'s op,
     summed back to the parent's shape. Parents that need no gradient are left out; a parent
-    used twice (``x * x``) appears twice, and its two gradients must be added."""
+    used twice (``x * x``) appears twice, and its two gradients must be added. Inside an
+    active :class:`~labkit.autograd.rules.RuleSet` the op's rule is the rule set's."""
     op = node._op
     if op is None:
         raise ValueError("local_vjp needs a tensor made by an op (node.is_leaf is False); "
@@ -327,7 +329,9 @@ def local_vjp(node: Tensor, g: np.ndarray) -> list[tuple[Tensor, np.ndarray]]:
     parents = node._parents
     needs = tuple(p.requires_grad for p in parents)
     xs = tuple(p.data for p in parents)
-    pgrads = op.vjp(g, node.data, xs, needs, **node._attrs)
+    rules = _rules.active_vjp(op)
+    pgrads = (op.vjp(g, node.data, xs, needs, **node._attrs) if rules is None
+              else rules.run_vjp(op, g, node.data, xs, needs, node._attrs))
     counting = _counters.active()
     if counting:
         flops = op.bwd_flops(node.data, xs, needs, **node._attrs)
@@ -379,7 +383,11 @@ def _wrap(arr: np.ndarray) -> Tensor:
 
 
 def run_forward(op: Op, xs: tuple, attrs: dict):
-    """``op.forward(*xs, **attrs)``; a shape error names the op and the operand shapes."""
+    """``op.forward(*xs, **attrs)`` (or an active rule set's forward for ``op``); a shape
+    error names the op and the operand shapes."""
+    rules = _rules.active_forward(op)
+    if rules is not None:
+        return rules.run_forward(op, xs, attrs)
     try:
         return op.forward(*xs, **attrs)
     except ValueError as exc:

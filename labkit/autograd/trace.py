@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from labkit.autograd.ops import OPS
-from labkit.autograd.tensor import Tensor, _as_array, _tracing, no_grad
+from labkit.autograd.tensor import Tensor, _as_array, _tracing, no_grad, topological_order
 
 
 @dataclass(frozen=True, eq=False)
@@ -187,8 +187,6 @@ def trace(fn, *example_inputs, names: tuple[str, ...] | None = None) -> Graph:
 def graph_of(t: Tensor) -> Graph:
     """The recorded autograd graph behind ``t`` as a :class:`Graph` (leaves become inputs
     when they require grad, constants otherwise) -- for printing and drawing."""
-    from labkit.autograd.tensor import topological_order
-
     order = topological_order(t)
     name_of: dict[int, str] = {}
     nodes, inputs = [], []

@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from labkit.autograd.draw import draw_graph
+from labkit.autograd.examples import layered_program
+from labkit.autograd.forward import mode_cost_sweep
+from labkit.autograd.passes import PASSES
+from labkit.autograd.plots import plot_mode_cost
+from labkit.autograd.trace import trace
 from labkit.controls import dropdown, int_slider, interactive
 from labkit.show import show as _show
 
@@ -16,9 +22,6 @@ from labkit.show import show as _show
 def show_mode_cost(n_max: int, m: int) -> None:
     """Forward vs reverse mode on f: R^n -> R^m for six n from 1 to ``n_max``: passes and
     measured time; prints which mode is cheaper at n = ``n_max``."""
-    from labkit.autograd.forward import mode_cost_sweep
-    from labkit.autograd.plots import plot_mode_cost
-
     ns = sorted(set(np.linspace(1, n_max, 6).astype(int)))
     sweep = mode_cost_sweep(ns, m, repeats=3)
     last = sweep[-1]
@@ -37,11 +40,6 @@ def mode_cost_widget(n_max: int = 32, m: int = 4):
 def show_graph_pass(depth: int, graph_pass: str) -> None:
     """Trace a ``depth``-layer program, run ``graph_pass`` on it, draw the graph and print
     its size."""
-    from labkit.autograd.draw import draw_graph
-    from labkit.autograd.examples import layered_program
-    from labkit.autograd.passes import PASSES
-    from labkit.autograd.trace import trace
-
     fn, x = layered_program(depth)
     g = PASSES[graph_pass](trace(fn, x))
     st = g.stats()
@@ -52,7 +50,5 @@ def show_graph_pass(depth: int, graph_pass: str) -> None:
 
 def graph_pass_widget(depth: int = 2, graph_pass: str = "none"):
     """Depth of a traced program and a pass -> the drawn graph and its size."""
-    from labkit.autograd.passes import PASSES
-
     return interactive(show_graph_pass, depth=int_slider("depth", depth, 1, 4, "depth"),
                        graph_pass=dropdown("graph_pass", graph_pass, PASSES, "pass"))

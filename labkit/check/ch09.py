@@ -1,7 +1,6 @@
 """Chapter 09's exercises: data parallelism and collective communication."""
 from __future__ import annotations
 
-from collections import Counter
 
 import numpy as np
 
@@ -9,17 +8,21 @@ from labkit.check.core import Wrong, exercise, expect_close
 from labkit.check.formula import equals, formula_exercise
 from labkit.parallel.collectives import reduce_scatter
 from labkit.parallel.compression import topk_compress
-from labkit.parallel.cost import collective_time
+from labkit.parallel.cost import collective_time, cost_terms
 from labkit.parallel.dp_sim import make_buckets
-from labkit.parallel.ddp_train import BucketedDDP
+from labkit.parallel.ddp_train import (BUCKET_LAB_CAP, BucketedDDP, bucket_lab_model,
+                                       bucket_lab_reference_grads, bucket_lab_results)
 from labkit.parallel.launch import fit_alpha_beta
 
 
 def ring_reduce_scatter(buffers):
-    """Reference: (chunks, messages) of the ring reduce-scatter, messages as
-    (step, sender, receiver, chunk index)."""
-    run = reduce_scatter([np.asarray(b) for b in buffers], "ring")
-    return list(run.outputs), [(m.step, m.sender, m.receiver, m.chunk[0]) for m in run.log]
+    """Reference: (chunks, messages, history) of the ring reduce-scatter; messages as
+    (step, sender, receiver, chunk index, payload), history[s][r] rank r's buffer after
+    step s."""
+    run = reduce_scatter([np.asarray(b, dtype=float) for b in buffers], "ring", record=True)
+    msgs = [(m.step, m.sender, m.receiver, m.chunk[0], pl)
+            for m, pl in zip(run.log, run.payloads)]
+    return list(run.outputs), msgs, [list(h) for h in run.history]
 
 
 def ring_allreduce_time(nbytes, world, alpha, beta):
@@ -34,48 +37,97 @@ def fit_ring_alpha_beta(nbytes, seconds, world):
     return f.alpha, f.beta
 
 
-def _rs_cases():
-    rng = np.random.default_rng(9)
-    for p, n in ((1, 3), (2, 5), (3, 7), (4, 4), (5, 13), (8, 19), (7, 7)):
+RS_CASES = ((1, 3), (2, 5), (3, 7), (4, 4), (5, 13), (8, 19), (7, 7))   # (world, size)
+
+
+def _rs_cases(rng):
+    cases = list(RS_CASES)
+    for _ in range(3):
+        p = int(rng.integers(2, 9))
+        cases.append((p, int(rng.integers(p, 3 * p + 6))))
+    for p, n in cases:
         yield p, [rng.normal(size=n) * 10.0 ** rng.integers(-2, 3) for _ in range(p)]
 
 
-@exercise("9.1", "ring reduce-scatter, step by step", reference=ring_reduce_scatter,
-          binds="ring_reduce_scatter")
-def _(answer):
-    for p, bufs in _rs_cases():
-        before = [b.copy() for b in bufs]
-        got = answer([b.copy() for b in bufs])
-        if not isinstance(got, tuple) or len(got) != 2:
-            raise Wrong("return a pair (chunks, messages).")
-        chunks, msgs = got
-        want = np.array_split(np.sum(before, axis=0), p)
-        if len(chunks) != p:
-            raise Wrong(f"with {p} ranks you returned {len(chunks)} chunks; rank r keeps chunk r.")
-        for r in range(p):
-            expect_close(chunks[r], want[r], f"world={p}, size={bufs[0].size}: rank {r}'s chunk",
-                         hint="rank r must end with chunk r of the sum (chunks as "
-                              "np.array_split cuts them); in step s rank r sends chunk "
-                              "(r - s - 1) mod p to rank r + 1, which adds it.")
-        msgs = [tuple(int(v) for v in m) for m in msgs]
-        if len(msgs) != p * (p - 1):
-            raise Wrong(f"world={p}: you logged {len(msgs)} messages; a ring reduce-scatter "
-                        f"sends p(p-1) = {p * (p - 1)} (p-1 steps, every rank sends once each).")
-        for step, src, dst, c in msgs:
+def judge_ring_log(inputs: list, got, want_chunks: list) -> None:
+    """Raise Wrong unless ``got`` = (chunks, messages, history) is a ring reduce-scatter of
+    ``inputs`` whose log is the data it moved: every payload is what its sender held at the
+    start of the step, every buffer after a step is the one before plus what it received."""
+    p, n = len(inputs), inputs[0].size
+    where = f"world={p}, size={n}"
+    if not isinstance(got, (tuple, list)) or len(got) != 3:
+        raise Wrong("return a triple (chunks, messages, history).")
+    chunks, msgs, history = got
+    if len(chunks) != p:
+        raise Wrong(f"{where}: you returned {len(chunks)} chunks; rank r keeps chunk r.")
+    if not isinstance(history, (list, tuple)) or len(history) != p - 1:
+        raise Wrong(f"{where}: history has {len(history)} entries; it holds every rank's "
+                    f"buffer after each of the p-1 = {p - 1} steps.")
+    bounds = np.cumsum([0] + [len(c) for c in np.array_split(np.empty(n), p)])
+    cut = lambda c: slice(int(bounds[c]), int(bounds[c + 1]))          # noqa: E731
+    if len(msgs) != p * (p - 1):
+        raise Wrong(f"{where}: you logged {len(msgs)} messages; a ring reduce-scatter sends "
+                    f"p(p-1) = {p * (p - 1)} (p-1 steps, every rank sends once each).")
+    for m in msgs:
+        if not isinstance(m, (tuple, list)) or len(m) != 5:
+            raise Wrong(f"{where}: a message is (step, sender, receiver, chunk, payload) — "
+                        f"payload the array the sender sent — got {str(m)[:80]}.")
+    before = [np.asarray(b, float) for b in inputs]
+    for s in range(p - 1):
+        after = [np.asarray(b, float) for b in history[s]]
+        if len(after) != p or any(b.shape != (n,) for b in after):
+            raise Wrong(f"{where}: history[{s}] must hold the p = {p} whole buffers "
+                        f"(length {n}) after step {s}.")
+        step = [m for m in msgs if int(m[0]) == s]
+        if sorted(int(m[1]) for m in step) != list(range(p)):
+            raise Wrong(f"{where}: in step {s} every rank sends exactly one chunk; your "
+                        f"senders were {sorted(int(m[1]) for m in step)}.")
+        expected = [b.copy() for b in before]
+        for _, src, dst, c, payload in step:
+            src, dst, c = int(src), int(dst), int(c)
             if dst != (src + 1) % p:
-                raise Wrong(f"world={p}: message {src} → {dst}; in a ring rank r only sends "
+                raise Wrong(f"{where}: message {src} → {dst}; in a ring rank r only sends "
                             f"to (r + 1) mod p.")
-            if not 0 <= step < p - 1:
-                raise Wrong(f"world={p}: step {step} is outside 0..{p - 2}.")
-        per_step = Counter((s, src) for s, src, _, _ in msgs)
-        if any(v != 1 for v in per_step.values()):
-            raise Wrong(f"world={p}: some rank sends twice in one step; each rank sends one "
-                        f"chunk per step.")
-        for step, src, _, c in msgs:
-            if c != (src - step - 1) % p:
-                raise Wrong(f"world={p}: in step {step} rank {src} sent chunk {c}; it should "
-                            f"send chunk (r - s - 1) mod p = {(src - step - 1) % p} so that "
-                            f"rank r ends with chunk r.")
+            if c != (src - s - 1) % p:
+                raise Wrong(f"{where}: in step {s} rank {src} sent chunk {c}; it should send "
+                            f"chunk (r - s - 1) mod p = {(src - s - 1) % p} so that rank r "
+                            f"ends with chunk r.")
+            payload = np.asarray(payload, float)
+            if payload.shape != before[src][cut(c)].shape or not np.allclose(
+                    payload, before[src][cut(c)], rtol=1e-12, atol=0):
+                raise Wrong(f"{where}: in step {s} rank {src}'s payload is not its chunk {c} "
+                            f"as it held it when the step began (history[{s - 1}] or the "
+                            f"input): the log must record the data actually sent, copied "
+                            f"before anything is added.")
+            expected[dst][cut(c)] += payload
+        for r in range(p):
+            if not np.allclose(after[r], expected[r], rtol=1e-9, atol=1e-12):
+                raise Wrong(f"{where}: rank {r}'s buffer after step {s} (history[{s}][{r}]) "
+                            f"is not the one before plus the chunk it received: receive by "
+                            f"adding the payload into your own copy of that chunk, and "
+                            f"leave the other chunks as they were.")
+        before = after
+    for r in range(p):
+        expect_close(chunks[r], want_chunks[r], f"{where}: rank {r}'s chunk",
+                     hint="rank r must end with chunk r of the sum (chunks as "
+                          "np.array_split cuts them); in step s rank r sends chunk "
+                          "(r - s - 1) mod p to rank r + 1, which adds it.")
+        if p > 1 and not np.allclose(chunks[r], before[r][cut(r)], rtol=1e-9, atol=1e-12):
+            raise Wrong(f"{where}: rank {r}'s chunk is not what its buffer holds after the "
+                        f"last step: return the chunks your ranks computed.")
+
+
+@exercise("9.1", "ring reduce-scatter, step by step", reference=ring_reduce_scatter,
+          binds="ring_reduce_scatter", answers=("labkit.parallel.collectives:reduce_scatter",
+                                                "labkit.parallel.collectives:all_reduce"))
+def _(answer, ref, rng):
+    for p, bufs in _rs_cases(rng):
+        copies = [b.copy() for b in bufs]
+        got = answer(copies)
+        if any(not np.array_equal(a, b) for a, b in zip(copies, bufs)):
+            raise Wrong(f"world={p}: your function changed its input arrays; work on copies "
+                        f"(each rank's buffer is its own).")
+        judge_ring_log(bufs, got, ref(bufs)[0])
 
 
 formula_exercise(
@@ -112,20 +164,20 @@ def _fit_tolerance(n, t, p):
     return np.sqrt(np.diag(cov))
 
 
-@exercise("9.3", "fit α and β to all-reduce timings", reference=fit_ring_alpha_beta,
-          binds="fit_ring_alpha_beta")
-def check_fit(answer, seed: int = 3) -> None:
-    """The 9.3 checker, on the timings drawn with ``seed`` (the tests sweep many seeds).
+def check_fit(answer, rng: np.random.Generator) -> None:
+    """The 9.3 checker on timings drawn from ``rng`` (the tests sweep many seeds).
 
     Noise-free timings: any least-squares line gives α, β to 1e-6. Noisy timings (2 %
     relative noise): the answer passes when it is (a) within FIT_SIGMAS standard errors of
-    the true α and β (standard errors of the weighted fit, from the noise), or (b) exactly
-    the plain or the 1/t-weighted least-squares line of these points — plain least squares
-    is a correct answer to the question even where its α is far off (the notebook shows
-    why next).
+    the true α and β the timings were made from (standard errors of the weighted fit, from
+    the noise: :func:`_fit_tolerance`), or (b) exactly the plain or the 1/t-weighted
+    least-squares line of these points — plain least squares is a correct answer to the
+    question even where its α is far off (the notebook shows why next).
     """
-    rng = np.random.default_rng(seed)
-    for p, alpha, beta in ((2, 3e-5, 1 / 2e9), (4, 8e-6, 1 / 20e9), (8, 1e-4, 1 / 1e9)):
+    worlds = [(2, 3e-5, 1 / 2e9), (4, 8e-6, 1 / 20e9), (8, 1e-4, 1 / 1e9)]
+    worlds.append((int(rng.integers(2, 17)), float(10 ** rng.uniform(-6, -4)),
+                   float(10 ** -rng.uniform(8.5, 10.5))))
+    for p, alpha, beta in worlds:
         n = np.geomspace(1e2, 1e8, 13)
         t = np.array([ring_allreduce_time(x, p, alpha, beta) for x in n])
         for noise in (0.0, FIT_NOISE):
@@ -163,11 +215,17 @@ def check_fit(answer, seed: int = 3) -> None:
                         f"α = A / (2(p-1)) and β = B·p / (2(p-1)).")
 
 
-def judge_bucket_lab(results: list, world: int = 2, steps: int = 2) -> None:
+@exercise("9.3", "fit α and β to all-reduce timings", reference=fit_ring_alpha_beta,
+          binds="fit_ring_alpha_beta", answers=("labkit.parallel.launch:fit_alpha_beta",))
+def _(answer, ref, rng):
+    check_fit(answer, rng)
+
+
+def judge_bucket_lab(results: list, world: int = 2, steps: int = 2, seed: int = 0) -> None:
     """Raise Wrong (or NotImplementedError) unless one class's per-rank results from
     :func:`labkit.parallel.ddp_train.run_bucket_lab` are a bucketed, overlapped DDP."""
-    from labkit.parallel.ddp_train import (BUCKET_LAB_CAP, bucket_lab_model,
-                                           bucket_lab_reference_grads)
+    if results and "not_class" in results[0]:
+        raise Wrong(f"pass the class itself (BucketedDDP), not {results[0]['not_class']}.")
     if any(r.get("missing") for r in results):
         raise NotImplementedError
     for r in results:
@@ -217,7 +275,7 @@ def judge_bucket_lab(results: list, world: int = 2, steps: int = 2) -> None:
                         f"backward ended, so nothing overlaps: start a bucket's all-reduce "
                         f"from the gradient hook (register_post_accumulate_grad_hook) as soon "
                         f"as its last gradient is ready.")
-    ref = bucket_lab_reference_grads(steps, world)
+    ref = bucket_lab_reference_grads(steps, world, seed=seed)
     for rank, r in enumerate(results):
         for step in range(steps):
             for i, (g, w) in enumerate(zip(r["grads"][step], ref[step])):
@@ -237,48 +295,74 @@ def judge_bucket_lab(results: list, world: int = 2, steps: int = 2) -> None:
 
 @exercise("9.4", "bucketed DDP: hooks and asynchronous all-reduce", reference=BucketedDDP,
           binds="BucketedDDP")
-def _(answer):
-    from labkit.parallel import ddp_train
-    from labkit.parallel.ddp_train import run_bucket_lab
-    if not isinstance(answer, type):
-        raise Wrong(f"pass the class itself (BucketedDDP), not {type(answer).__name__}.")
-    _stub_precheck(answer)
-    results = run_bucket_lab([answer])[0]
-    ddp_train.LAST_BUCKET_RUN[:] = results      # for ddp_train.bucket_timeline()
-    judge_bucket_lab(results)
+def _(answer, ref, rng):
+    seed = int(rng.integers(1 << 16))
+    judge_bucket_lab(answer.derive(bucket_lab_results, seed), seed=seed)
 
 
-def _stub_precheck(cls) -> None:
-    """Spare two process launches (seconds) for an unwritten class: build it here, where no
-    process group exists. A stub raises NotImplementedError at once; written code fails on
-    the missing process group (ignored) and is then run for real."""
-    from labkit.parallel.ddp_train import BUCKET_LAB_CAP, bucket_lab_model
-    try:
-        cls(bucket_lab_model(), BUCKET_LAB_CAP)
-    except NotImplementedError:
-        raise
-    except Exception:
-        pass
+TOPK_SHAPES = (((10,), 3), ((6, 7), 5), ((100,), 1), ((4, 4), 16), ((9,), 0))
 
 
 @exercise("9.5", "top-k with error feedback", reference=topk_compress, binds="topk_ef")
-def _(answer):
-    rng = np.random.default_rng(5)
-    for shape, k in (((10,), 3), ((6, 7), 5), ((100,), 1), ((4, 4), 16), ((9,), 0)):
+def _(answer, ref, rng):
+    cases = list(TOPK_SHAPES)
+    for _ in range(2):
+        shape = tuple(int(d) for d in rng.integers(1, 12, int(rng.integers(1, 3))))
+        cases.append((shape, int(rng.integers(0, int(np.prod(shape)) + 1))))
+    for shape, k in cases:
         g = rng.standard_normal(shape) * rng.uniform(0.1, 10, shape)
         mem = rng.standard_normal(shape) * 0.5
         kept, new_mem = answer(g.copy(), mem.copy(), k)
-        want_kept, want_mem = topk_compress(g, mem, k)
+        want_kept, want_mem = ref(g, mem, k)
         if np.shape(kept) != g.shape:
             raise Wrong(f"kept has shape {np.shape(kept)}; return it shaped like the gradient "
                         f"{g.shape}.")
         if np.count_nonzero(kept) != k:
             raise Wrong(f"k={k}: you kept {np.count_nonzero(kept)} entries.")
-        if np.allclose(kept, topk_compress(g, np.zeros_like(g), k)[0]) and k and \
-                not np.allclose(kept, want_kept):
+        if k and not np.allclose(kept, want_kept) and \
+                np.allclose(kept, ref(g, np.zeros_like(g), k)[0]):
             raise Wrong("you picked the top k of the gradient alone; add the memory (the "
                         "error left over from earlier steps) first.")
         expect_close(kept, want_kept, f"kept (shape {shape}, k={k})",
                      hint="keep the k entries of grad + memory with the largest |value|.")
         expect_close(new_mem, want_mem, f"new memory (shape {shape}, k={k})",
                      hint="the new memory is (grad + memory) minus what you sent.")
+
+
+def topk_allgather_bytes(n, k, world, value_bytes=4, index_bytes=4):
+    """Reference 9.6: bytes one worker sends to all-gather every worker's top-k
+    (value, index) pairs with a ring: (p-1)·k·(value + index bytes)."""
+    return cost_terms("all_gather", "ring", world * k * (value_bytes + index_bytes),
+                      world).path_bytes
+
+
+formula_exercise(
+    "9.6", "what top-k costs on the wire", topk_allgather_bytes,
+    cases=[(1_000_000, 10_000, 8, 4, 4), (25_000_000, 250_000, 4, 4, 4),
+           (1_000_000, 10_000, 2, 2, 4), (4096, 41, 16, 4, 8), (10_000, 100, 1, 4, 4)],
+    call=lambda n, k, p, v, i: f"topk_allgather_bytes(n={n}, k={k}, world={p}, "
+                               f"value_bytes={v}, index_bytes={i})",
+    atol=1e-9,
+    shortcuts=[
+        (lambda got, n, k, p, v, i: p == 1, "with one worker nothing is sent."),
+        (equals(lambda n, k, p, v, i: k * (v + i)),
+         "that is the payload of one worker. The workers' top-k sets differ, so they cannot "
+         "be summed on the way (the sum of two k-sparse vectors is not k-sparse): every "
+         "worker needs every other worker's pairs — an all-gather, in which a ring makes each "
+         "worker send p-1 blocks of k pairs (its own and the ones it forwards)."),
+        (equals(lambda n, k, p, v, i: (p - 1) * k * v),
+         "the receiver cannot place a value without its index: a pair is value + index "
+         "bytes."),
+        (equals(lambda n, k, p, v, i: 2 * (p - 1) / p * k * (v + i)),
+         "that prices a ring all-reduce of k pairs, which only works when every worker sends "
+         "the same indices; top-k's differ from worker to worker."),
+        (equals(lambda n, k, p, v, i: (p - 1) / p * k * (v + i)),
+         "that is an all-gather of k pairs in total; each worker contributes k pairs, so "
+         "the gathered vector holds p·k."),
+        (equals(lambda n, k, p, v, i: 2 * (p - 1) / p * n * v),
+         "that is the uncompressed ring all-reduce of n values."),
+    ],
+    hint="ring all-gather of p blocks of k·(value + index) bytes: each worker sends "
+         "(p-1)·k·(value + index bytes) (ring all-gather: Thakur et al. 2005; the sum of "
+         "different top-k sets is not k-sparse, so top-k needs an all-gather: "
+         "arXiv:2510.26709, abstract).")

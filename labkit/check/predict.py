@@ -62,14 +62,15 @@ def predict(key: str, guess: Any, question: str = "", *, choices: Sequence | Non
             fh.write(json.dumps({"prediction": key, "guess": _jsonable(guess)}) + "\n")
 
 
-def reveal(key: str, actual: Any, *, unit: str = "") -> str:
-    """Print (and return) the recorded guess beside ``actual``, with how far off it was."""
+def reveal(key: str, actual: Any, *, unit: str = "") -> None:
+    """Print the recorded guess beside ``actual``, with how far off it was. Nothing is
+    returned, so a ``reveal`` on a cell's last line prints its line once (a returned string
+    would be shown a second time, as the cell's value)."""
     unit_s = f" {unit}" if unit else ""
     shown = _fmt(actual) + unit_s
     if key not in PREDICTIONS:
-        line = f"◆ {key}: the result is {shown} (no prediction was recorded)."
-        print(line)
-        return line
+        print(f"◆ {key}: the result is {shown} (no prediction was recorded).")
+        return
     p = PREDICTIONS[key]
     if p.choices is not None or not _is_number(actual):
         verdict = "right" if p.guess == actual else "not quite"
@@ -84,7 +85,6 @@ def reveal(key: str, actual: Any, *, unit: str = "") -> str:
                    f"{ratio:.2g}× the result" if ratio > 0 else "the wrong sign")
         line = f"◆ {key}: you predicted {_fmt(guess)}{unit_s}; the result is {shown} ({off})."
     print(line)
-    return line
 
 
 def _is_number(x: Any) -> bool:

@@ -14,61 +14,19 @@ The file holds ``{"exercises": {"2.3": {"status": "pass", "passed": true, "title
 """
 from __future__ import annotations
 
+import base64
 import html
-import json
-import os
-import tempfile
+import io
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
-from labkit.check.core import PASS, SYMBOL, Verdict, _sort_key, load_all
-
-PROGRESS_ENV = "LABKIT_PROGRESS"
-
-
-def progress_path() -> Path:
-    """Where this learner's verdicts are kept."""
-    env = os.environ.get(PROGRESS_ENV, "").strip()
-    return Path(env).expanduser() if env else Path.home() / ".labkit" / "progress.json"
-
-
-def load(path: Path | None = None) -> dict[str, dict]:
-    """The recorded verdicts by exercise id ({} when there is no file or it is unreadable)."""
-    path = progress_path() if path is None else Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    exercises = data.get("exercises") if isinstance(data, dict) else None
-    return {k: v for k, v in exercises.items() if isinstance(v, dict)} \
-        if isinstance(exercises, dict) else {}
-
-
-def record(verdict: Verdict, title: str = "", path: Path | None = None) -> bool:
-    """Add one verdict to the learner's file; False (and nothing else) if it cannot be written:
-    a check cell must never fail because the home folder is read-only."""
-    path = progress_path() if path is None else Path(path)
-    entries = load(path)
-    before = entries.get(verdict.exercise, {})
-    entries[verdict.exercise] = {
-        "status": verdict.status, "title": title,
-        "passed": bool(before.get("passed")) or verdict.passed,
-        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp",
-                                         encoding="utf-8") as fh:
-            json.dump({"exercises": entries}, fh, indent=1, sort_keys=True)
-        os.replace(fh.name, path)
-    except OSError:
-        return False
-    return True
+from labkit.check.core import PASS, SYMBOL
+from labkit.check.record import load
+from labkit.check.registry import _sort_key, load_all
 
 
 @dataclass(frozen=True)
-class Row:
+class ProgressRow:
     exercise: str
     chapter: int
     title: str
@@ -81,7 +39,7 @@ NOT_TRIED = "not tried"
 
 @dataclass(frozen=True)
 class Progress:
-    rows: tuple[Row, ...]
+    rows: tuple[ProgressRow, ...]
 
     @property
     def passed(self) -> int:
@@ -122,15 +80,16 @@ def progress_of(recorded: dict[str, dict], exercises: dict[str, object]) -> Prog
     rows = []
     for ex_id in sorted(exercises, key=_sort_key):
         rec = recorded.get(ex_id, {})
-        rows.append(Row(ex_id, int(ex_id.split(".")[0]), getattr(exercises[ex_id], "title", ""),
-                        str(rec.get("status", NOT_TRIED)), bool(rec.get("passed"))))
+        rows.append(ProgressRow(ex_id, int(ex_id.split(".")[0]),
+                                getattr(exercises[ex_id], "title", ""),
+                                str(rec.get("status", NOT_TRIED)), bool(rec.get("passed"))))
     return Progress(tuple(rows))
 
 
 def plot_progress(result: Progress, ax=None):
     """Stacked bars per chapter: exercises passed and still to do."""
     if ax is None:
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # deferred: matplotlib
 
         _, ax = plt.subplots(figsize=(6, 2.6))
     chapters = result.by_chapter()
@@ -147,10 +106,7 @@ def plot_progress(result: Progress, ax=None):
 
 
 def chart_png(result: Progress) -> str:
-    import base64
-    import io
-
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # deferred: matplotlib
 
     fig = Figure(figsize=(6, 2.6))
     plot_progress(result, fig.subplots())

@@ -27,11 +27,16 @@ event by event, for pictures; :func:`interval_sweep` finds the simulated optimum
 from __future__ import annotations
 
 import math
+import os
+import tempfile
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from labkit import validate as v
+from labkit.memory.estimator import bytes_per_param
+from labkit.torch_models import torch_mlp
 
 
 def young_interval(checkpoint_s: float, mtbf_s: float) -> float:
@@ -267,8 +272,6 @@ def checkpoint_size(parameters: float, precision: str = "mixed",
     """What a training checkpoint holds: the weights and the optimizer's states, not the
     gradients (recomputed after a restart); bytes per parameter from
     :func:`labkit.memory.estimator.bytes_per_param` (mixed Adam: 2 + 12 = 14 B)."""
-    from labkit.memory.estimator import bytes_per_param
-
     n = v.nonnegative("parameters", parameters)
     weights, _grads, states = bytes_per_param(precision, optimizer)
     return CheckpointSize(n, weights + states, n * (weights + states))
@@ -278,18 +281,12 @@ def measure_checkpoint(parameters: int = 4_000_000, repeats: int = 3,
                        directory=None) -> CheckpointCost:
     """Time ``torch.save`` of an MLP's state (parameters + Adam's two moments) to a file,
     with ``os.fsync``, and ``torch.load`` back; medians of ``repeats``."""
-    import os
-    import tempfile
-    import time
-
-    import torch
+    import torch  # deferred: torch
 
     parameters = v.integer("parameters", parameters, low=1000)
     repeats = v.integer("repeats", repeats, low=1)
     width = max(8, int(math.sqrt(parameters / 2)))
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(),
-                                torch.nn.Linear(width, width))
+    model = torch_mlp((width, width, width), seed=0)
     opt = torch.optim.Adam(model.parameters())
     model(torch.randn(2, width)).sum().backward()
     opt.step()

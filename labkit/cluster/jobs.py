@@ -92,6 +92,25 @@ def generate_jobs(n: int, *, total_gpus: int = 64, load: float = 0.8, seed: int 
             for i in range(n)]
 
 
+def offered_load(jobs: Iterable[Job], total_gpus: int) -> float:
+    """The load a workload really offers: the GPU-seconds its jobs ask for over the
+    GPU-seconds the cluster has while they arrive, Σ gpus·duration / (total_gpus × (last
+    arrival − first arrival)) (offered load: Kleinrock, *Queueing Systems* I, 1975, §2.1).
+    A sample drawn for ``load`` scatters around it (random sizes, heavy-tailed durations).
+    Over a whole schedule, utilisation = this × arrival span / makespan: what it loses
+    beyond the offered load is the drain after the last arrival."""
+    jobs = list(jobs)
+    if not jobs or not all(isinstance(j, Job) for j in jobs):
+        raise TypeError("jobs must be a non-empty sequence of Job")
+    total_gpus = v.integer("total_gpus", total_gpus, low=1)
+    arrivals = [j.arrival for j in jobs]
+    span = max(arrivals) - min(arrivals)
+    if span <= 0:
+        raise ValueError("jobs must arrive over a time span > 0 to offer a load (they all "
+                         f"arrive at {arrivals[0]!r})")
+    return sum(j.gpu_seconds for j in jobs) / (total_gpus * span)
+
+
 REQUIRED = ("arrival", "gpus", "duration")
 OPTIONAL = ("id", "priority", "estimate")
 

@@ -5,6 +5,7 @@ from typing import Sequence
 
 import numpy as np
 
+from labkit.cluster.metrics import utilisation, utilisation_curve
 from labkit.cluster.scheduler import ScheduleResult
 
 KIND_COLOURS = {"work": "tab:green", "checkpoint": "tab:blue", "lost": "tab:red",
@@ -12,7 +13,7 @@ KIND_COLOURS = {"work": "tab:green", "checkpoint": "tab:blue", "lost": "tab:red"
 
 
 def _plt():
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
     return plt
 
 
@@ -49,7 +50,6 @@ def plot_gantt(result: ScheduleResult, *, max_jobs: int = 40, title: str | None 
 
 def plot_utilisation(results: Sequence[ScheduleResult], *, title: str = "GPUs busy"):
     """The fraction of GPUs busy over time, one step curve per schedule."""
-    from labkit.cluster.metrics import utilisation, utilisation_curve
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 3))
     for r in results:

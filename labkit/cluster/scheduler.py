@@ -22,7 +22,18 @@ Policies (the order of the waiting queue and what may jump it):
   **reservation** at the *shadow time*, the earliest time enough running jobs will have
   ended (by their estimates) for it to fit; a later job may start now only if it fits now
   and does not delay that reservation: it ends (by its estimate) before the shadow time,
-  or it uses only GPUs the head will not need then (the "extra" GPUs).
+  or it uses only GPUs the head will not need then (the "extra" GPUs). Jobs that end at
+  the same instant give their GPUs back together, so all of them count at the shadow time
+  (:func:`shadow_time`; Mu'alem & Feitelson §2: the shadow time is when enough of the
+  running jobs have terminated, and the extra nodes are those free then beyond the head's
+  need).
+
+The EASY **backfill pass** is a function of its own, :func:`easy_backfill`, which
+``simulate(..., backfill=fn)`` replaces (chapter 11's lab): after the FCFS part has started
+what it can and the head of the queue does not fit, ``fn(now, queue, running, free)`` gets
+the queue (:class:`Waiting`, in arrival order, the head first), the running jobs
+(:class:`Running`, by their estimated ends) and a copy of the free GPUs (:class:`FreeGPUs`,
+with the placement rule), and returns the jobs to start now, in order.
 
 Events at the same instant: completions first, then arrivals, then one scheduling pass.
 Cost: O(log n) per event for the queue plus, for EASY, one pass over the queue per event.
@@ -31,7 +42,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -106,15 +117,6 @@ class _Nodes:
         self.by_free[gpn] = set(range(nodes))
         self.total_free = nodes * gpn
 
-    @classmethod
-    def from_free(cls, free: list, gpn: int) -> "_Nodes":
-        c = cls.__new__(cls)
-        c.gpn, c.free, c.total_free = gpn, list(free), sum(free)
-        c.by_free = [set() for _ in range(gpn + 1)]
-        for n, f in enumerate(free):
-            c.by_free[f].add(n)
-        return c
-
     def copy(self) -> "_Nodes":
         c = _Nodes.__new__(_Nodes)
         c.gpn, c.free, c.total_free = self.gpn, list(self.free), self.total_free
@@ -162,6 +164,161 @@ class _Nodes:
             self.total_free += g
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """A queued job as the backfill pass sees it: its index, GPUs and declared run time."""
+    job: int
+    gpus: int
+    estimate: float
+
+
+@dataclass(frozen=True)
+class Running:
+    """A running job: its estimated end (start + declared run time), GPUs and allocation
+    ((node, gpus), ...)."""
+    end: float
+    gpus: int
+    alloc: tuple
+
+
+class FreeGPUs:
+    """The free GPUs of a cluster, node by node, with its placement rule.
+
+    ``fits(g)``: could a job of ``g`` GPUs start (inside one node, or on whole free nodes)?
+    ``place(g)``: the allocation it would get now, or None (nothing is taken);
+    ``take(alloc)`` / ``give(alloc)``: mark an allocation used / free; ``copy()``: an
+    independent copy (e.g. the cluster as it will be at the shadow time); ``total``: free
+    GPUs in all.
+    """
+
+    def __init__(self, nodes: "_Nodes", placement: str = "pack"):
+        self._nodes, self.placement = nodes, placement
+
+    @classmethod
+    def pool(cls, nodes: int, gpus_per_node: int, used: Sequence = ()) -> "FreeGPUs":
+        """An empty cluster of ``nodes`` × ``gpus_per_node``, minus the ``used``
+        allocations."""
+        free = cls(_Nodes(v.integer("nodes", nodes, low=1),
+                          v.integer("gpus_per_node", gpus_per_node, low=1)))
+        for alloc in used:
+            free.take(alloc)
+        return free
+
+    @property
+    def total(self) -> int:
+        return self._nodes.total_free
+
+    def fits(self, gpus: int) -> bool:
+        return self._nodes.fits(gpus)
+
+    def place(self, gpus: int) -> tuple | None:
+        return self._nodes.choose(gpus, self.placement)
+
+    def take(self, alloc: tuple) -> None:
+        for n, g in alloc:
+            if not 0 <= n < len(self._nodes.free) or not 0 < g <= self._nodes.free[n]:
+                raise ValueError(f"cannot take {g} GPUs on node {n}: it has "
+                                 f"{self._nodes.free[n] if 0 <= n < len(self._nodes.free) else 'no'}"
+                                 f" free (allocations are ((node, gpus), ...) from place())")
+        self._nodes.take(alloc)
+
+    def give(self, alloc: tuple) -> None:
+        for n, g in alloc:
+            if not 0 <= n < len(self._nodes.free) or g < 0 or \
+                    self._nodes.free[n] + g > self._nodes.gpn:
+                raise ValueError(f"cannot give {g} GPUs back to node {n}: more than it has")
+        self._nodes.give(alloc)
+
+    def copy(self) -> "FreeGPUs":
+        return FreeGPUs(self._nodes.copy(), self.placement)
+
+    def __repr__(self) -> str:
+        return f"FreeGPUs(per node {self._nodes.free}, {self.placement})"
+
+
+def reservation(now: float, head: Waiting, running: Sequence[Running],
+                free: FreeGPUs) -> tuple[float, FreeGPUs]:
+    """The head's reservation: (shadow time, the free GPUs then). On a copy of ``free`` the
+    running jobs give their allocations back in order of their estimated ends — every job
+    ending at the same instant together — until the head fits (Mu'alem & Feitelson 2001,
+    §2)."""
+    later = free.copy()
+    ends = sorted(running, key=lambda r: r.end)
+    shadow, i = now, 0
+    while not later.fits(head.gpus):
+        shadow = ends[i].end
+        while i < len(ends) and ends[i].end == shadow:      # ties end together
+            later.give(ends[i].alloc)
+            i += 1
+    return shadow, later
+
+
+def easy_backfill(now: float, queue: Sequence[Waiting], running: Sequence[Running],
+                  free: FreeGPUs) -> list[int]:
+    """EASY's backfill pass (Lifka 1995; Mu'alem & Feitelson, IEEE TPDS 12(6), 2001, §2):
+    the jobs behind the head ``queue[0]`` (which does not fit now) to start now, in order.
+
+    1. The shadow time (:func:`reservation`): give back the running jobs' GPUs in order of
+       their estimated ends, every job ending at the same instant together, until the head
+       fits; the cluster as it is then is the reservation's (the extra GPUs are what it has
+       beyond the head's need).
+    2. One pass over the rest of the queue in order: a job that fits now starts if it ends
+       (by its estimate) no later than the shadow time, or if the cluster at the shadow time
+       still fits the head with this job's GPUs taken (then they are taken there too).
+    """
+    head = queue[0]
+    shadow, later = reservation(now, head, running, free)
+    started = []
+    for job in queue[1:]:
+        alloc = free.place(job.gpus)
+        if alloc is None:
+            continue
+        if now + job.estimate > shadow:          # still running at the shadow time
+            later.take(alloc)
+            if not later.fits(head.gpus):
+                later.give(alloc)
+                continue
+        free.take(alloc)
+        started.append(job.job)
+    return started
+
+
+def shadow_time(now: float, free_gpus: int, running, head_gpus: int) -> tuple[float, int]:
+    """EASY's reservation on a pool of GPUs: (shadow time, extra GPUs). ``running`` lists
+    (estimated end, GPUs) of the running jobs in any order. The shadow time is the earliest
+    end by which enough GPUs are free for the head — ``now`` if they already are — counting
+    every job that ends at that instant; the extra GPUs are those free then beyond
+    ``head_gpus`` (Mu'alem & Feitelson, IEEE TPDS 12(6), 2001, §2)."""
+    now = v.nonnegative("now", now)
+    avail = v.integer("free_gpus", free_gpus, low=0)
+    head = v.integer("head_gpus", head_gpus, low=1)
+    ends = sorted((v.nonnegative("running end", e), v.integer("running GPUs", g, low=0))
+                  for e, g in running)
+    shadow, i = now, 0
+    while avail < head and i < len(ends):
+        shadow = ends[i][0]
+        while i < len(ends) and ends[i][0] == shadow:     # ties end together
+            avail += ends[i][1]
+            i += 1
+    if avail < head:
+        raise ValueError(f"head_gpus={head} never fits: only {avail} GPUs free when every "
+                         f"running job has ended")
+    return shadow, avail - head
+
+
+def can_backfill(now: float, free_gpus: int, running, head_gpus: int, job_gpus: int,
+                 job_estimate: float) -> bool:
+    """May a job of ``job_gpus`` GPUs and declared ``job_estimate`` seconds start now under
+    EASY, the head of the queue needing ``head_gpus``? It must fit now, and either end by
+    the shadow time or use no more than the extra GPUs (:func:`shadow_time`)."""
+    job = v.integer("job_gpus", job_gpus, low=1)
+    est = v.positive("job_estimate", job_estimate)
+    if job > v.integer("free_gpus", free_gpus, low=0):
+        return False
+    shadow, extra = shadow_time(now, free_gpus, running, head_gpus)
+    return now + est <= shadow or job <= extra
+
+
 def _check_jobs(jobs: Sequence[Job], cluster: Cluster) -> list[Job]:
     if isinstance(jobs, Job) or not hasattr(jobs, "__len__"):
         raise TypeError(f"jobs must be a sequence of Job, got {type(jobs).__name__}")
@@ -182,208 +339,249 @@ def _check_jobs(jobs: Sequence[Job], cluster: Cluster) -> list[Job]:
     return out
 
 
+class ClusterSim:
+    """The scheduler's state by name — ``free`` (GPUs per node), ``queue`` (a heap in the
+    policy's :meth:`key` order; EASY's in arrival order), ``running`` (job -> estimated end,
+    GPUs, allocation: what the backfill pass sees), ``completions`` (a heap of (end, seq,
+    job, token); preempting a job moves its token on, so its old completion is stale),
+    ``remaining`` work, and the result's starts, ends, segments and reservations — and one
+    method per kind of event: :meth:`finish`, :meth:`arrive`, :meth:`start`,
+    :meth:`preempt`, then one pass per instant, :meth:`schedule_queue` (FIFO, SJF,
+    priority) or :meth:`schedule_easy` (FCFS, the head's reservation, :meth:`backfill`)."""
+
+    def __init__(self, jobs: list[Job], cluster: Cluster, policy: str, placement: str,
+                 overhead: float, backfill: Callable):
+        n = len(jobs)
+        self.jobs, self.cluster, self.policy = jobs, cluster, policy
+        self.placement, self.overhead, self.backfill_pass = placement, overhead, backfill
+        self.free = _Nodes(cluster.nodes, cluster.gpus_per_node)
+        self.arrivals = sorted(range(n), key=lambda i: (jobs[i].arrival, i))
+        self.times = [jobs[i].arrival for i in self.arrivals] + [np.inf]
+        self.arrived = 0                                 # how many of self.arrivals
+        self.queue: list = []
+        self.running: dict[int, Running] = {}
+        self.completions: list = []
+        self.seq = 0                                     # completions' tie-breaker
+        self.token = [0] * n
+        self.remaining = [j.duration for j in jobs]
+        self.first_start, self.end = [np.nan] * n, [np.nan] * n
+        self.segment_start = [0.0] * n
+        self.segments: list[Segment] = []
+        self.preemptions = 0
+        self.reservations: dict[int, float] = {}
+        self.waiting = [Waiting(i, j.gpus, j.estimate) for i, j in enumerate(jobs)]
+
+    def key(self, i: int) -> tuple:
+        """The queue's order: arrival (FIFO), declared length (SJF), priority."""
+        j = self.jobs[i]
+        if self.policy == "sjf":
+            return (j.estimate, j.arrival, i)
+        if self.policy == "priority":
+            return (-j.priority, j.arrival, i)
+        return (j.arrival, i)
+
+    def run(self) -> ScheduleResult:
+        """Completions first, then arrivals, then one scheduling pass, instant by instant."""
+        n = len(self.jobs)
+        while self.arrived < n or self.completions or self.queue:
+            now = min(self.times[self.arrived],
+                      self.completions[0][0] if self.completions else np.inf)
+            if now == np.inf:
+                raise AssertionError("jobs left in the queue with nothing running")  # pragma: no cover
+            while self.completions and self.completions[0][0] <= now:
+                self.finish(*heapq.heappop(self.completions))
+            while self.times[self.arrived] <= now:
+                self.arrive(self.arrivals[self.arrived])
+            if self.policy == "easy":
+                self.schedule_easy(now)
+            else:
+                self.schedule_queue(now)
+        self.segments.sort(key=lambda s: (s.start, s.job))
+        return ScheduleResult(self.policy, self.cluster, self.placement, list(self.jobs),
+                              np.array(self.first_start, float), np.array(self.end, float),
+                              self.segments, self.preemptions, self.reservations)
+
+    # ---- events -----------------------------------------------------------------------
+
+    def finish(self, t: float, seq: int, i: int, token: int) -> None:
+        """Job ``i``'s completion at ``t`` (ignored if it was preempted since)."""
+        if token != self.token[i]:
+            return
+        alloc = self.running.pop(i).alloc
+        self.free.give(alloc)
+        self.end[i] = t
+        self.remaining[i] = 0.0
+        self.segments.append(Segment(i, self.segment_start[i], t, alloc))
+
+    def arrive(self, i: int) -> None:
+        """Job ``i`` (the next to arrive) joins the queue."""
+        self.arrived += 1
+        if self.policy == "easy":
+            self.queue.append(i)
+        else:
+            heapq.heappush(self.queue, (self.key(i), i))
+
+    def start(self, i: int, now: float, alloc: tuple) -> None:
+        """Job ``i`` takes ``alloc`` and runs its remaining work."""
+        job = self.jobs[i]
+        self.free.take(alloc)
+        if np.isnan(self.first_start[i]):
+            self.first_start[i] = now
+        self.segment_start[i] = now
+        self.seq += 1
+        heapq.heappush(self.completions, (now + self.remaining[i], self.seq, i, self.token[i]))
+        estimated_end = now + (job.estimate - (job.duration - self.remaining[i]))
+        self.running[i] = Running(estimated_end, job.gpus, alloc)
+
+    def preempt(self, r: int, now: float) -> None:
+        """Stop job ``r``: its GPUs back, its work left plus the overhead back in the queue
+        (checkpoint/restart)."""
+        alloc = self.running.pop(r).alloc
+        self.free.give(alloc)
+        self.segments.append(Segment(r, self.segment_start[r], now, alloc))
+        self.remaining[r] -= now - self.segment_start[r]
+        self.remaining[r] += self.overhead
+        self.token[r] += 1
+        self.preemptions += 1
+        heapq.heappush(self.queue, (self.key(r), r))
+
+    # ---- scheduling passes --------------------------------------------------------------
+
+    def schedule_queue(self, now: float) -> None:
+        """Start jobs from the head of the ordered queue while the head fits (priority:
+        preempting lower-priority jobs for it)."""
+        while self.queue:
+            i = self.queue[0][1]
+            alloc = self.free.choose(self.jobs[i].gpus, self.placement)
+            if alloc is None and self.policy == "priority":
+                alloc = self.preempt_for(i, now)
+            if alloc is None:
+                return
+            heapq.heappop(self.queue)
+            self.start(i, now, alloc)
+
+    def preempt_for(self, i: int, now: float) -> tuple | None:
+        """Preempt running jobs of lower priority than ``i`` — lowest priority, most
+        recently started first — until ``i`` fits; its allocation then, or None (and
+        nothing preempted) if even all of them would not make room."""
+        prio = self.jobs[i].priority
+        victims = sorted((r for r in self.running if self.jobs[r].priority < prio),
+                         key=lambda r: (self.jobs[r].priority, -self.segment_start[r], -r))
+        trial = self.free.copy()
+        for k, r in enumerate(victims):
+            trial.give(self.running[r].alloc)
+            if trial.fits(self.jobs[i].gpus):
+                break
+        else:
+            return None
+        for r in victims[:k + 1]:
+            self.preempt(r, now)
+        return self.free.choose(self.jobs[i].gpus, self.placement)
+
+    def schedule_easy(self, now: float) -> None:
+        """FCFS from the head; then the head's reservation (its shadow time, kept from the
+        first pass that saw it blocked) and the backfill pass."""
+        while self.queue:
+            alloc = self.free.choose(self.jobs[self.queue[0]].gpus, self.placement)
+            if alloc is None:
+                break
+            self.start(self.queue.pop(0), now, alloc)
+        if not self.queue:
+            return
+        head = self.queue[0]
+        if head not in self.reservations:
+            self.reservations[head] = self.shadow_of(head)
+        if len(self.queue) > 1 and self.free.total_free > 0:
+            self.backfill(now)
+
+    def backfill(self, now: float) -> None:
+        """Run the backfill pass on views of the state and start what it returns, checking
+        each index and that each job fits when it starts."""
+        chosen = self.backfill_pass(now, [self.waiting[i] for i in self.queue],
+                                    list(self.running.values()),
+                                    FreeGPUs(self.free.copy(), self.placement))
+        behind = set(self.queue[1:])
+        started: set = set()
+        for i in list(chosen if chosen is not None else ()):
+            if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or i not in behind \
+                    or i in started:
+                raise ValueError(f"the backfill pass at t = {now:g} returned {i!r}: return "
+                                 f"the indices (Waiting.job) of queued jobs behind the head, "
+                                 f"each once")
+            gpus = self.jobs[i].gpus
+            alloc = self.free.choose(gpus, self.placement)
+            if alloc is None:
+                raise ValueError(f"the backfill pass at t = {now:g} started job {i} "
+                                 f"({gpus} GPUs), which does not fit then: take each "
+                                 f"started job's GPUs from `free` (free.take(free.place(g))) "
+                                 f"before deciding the next")
+            self.start(int(i), now, alloc)
+            started.add(int(i))
+        if started:
+            self.queue = [i for i in self.queue if i not in started]
+
+    def shadow_of(self, head: int) -> float:
+        """The earliest time the head fits if running jobs end at their estimates, jobs
+        ending together freeing together (on a plain list of free GPUs per node)."""
+        free, total = list(self.free.free), self.free.total_free
+        g, gpn = self.jobs[head].gpus, self.free.gpn
+        ends = sorted((r.end, i) for i, r in self.running.items())
+        k = 0
+        while k < len(ends):
+            t = ends[k][0]
+            while k < len(ends) and ends[k][0] == t:
+                for node, x in self.running[ends[k][1]].alloc:
+                    free[node] += x
+                    total += x
+                k += 1
+            if total >= g and ((g <= gpn and max(free) >= g) or
+                               (g > gpn and free.count(gpn) * gpn >= g)):
+                return t
+        raise AssertionError("the head job fits on an empty cluster")   # pragma: no cover
+
+
 def simulate(jobs: Sequence[Job], cluster: Cluster | None = None, policy: str = "fifo", *,
-             placement: str = "pack", preempt_overhead: float = 0.0) -> ScheduleResult:
-    """Run ``jobs`` on ``cluster`` under ``policy``; return every start, end and segment."""
+             placement: str = "pack", preempt_overhead: float = 0.0,
+             backfill: Callable | None = None) -> ScheduleResult:
+    """Run ``jobs`` on ``cluster`` under ``policy``; return every start, end and segment.
+    ``backfill`` replaces EASY's backfill pass (:func:`easy_backfill`; ``policy="easy"``
+    only): a function ``(now, queue, running, free) -> [job index, ...]``. The state and
+    its events: :class:`ClusterSim`."""
     cluster = Cluster() if cluster is None else cluster
     if not isinstance(cluster, Cluster):
         raise TypeError(f"cluster must be a Cluster, got {type(cluster).__name__}")
     policy = v.one_of("policy", policy, POLICIES)
+    if backfill is not None and (policy != "easy" or not callable(backfill)):
+        raise (TypeError if policy == "easy" else ValueError)(
+            f"backfill must be a function and is EASY's pass (policy='easy'), got "
+            f"{type(backfill).__name__} with policy={policy!r}")
     placement = v.one_of("placement", placement, PLACEMENTS)
     overhead = v.nonnegative("preempt_overhead", preempt_overhead)
     jobs = _check_jobs(jobs, cluster)
-    n = len(jobs)
-    arrival = [j.arrival for j in jobs]
-    gpus = [j.gpus for j in jobs]
-    est = [j.estimate for j in jobs]
-    prio = [j.priority for j in jobs]
-    order = sorted(range(n), key=lambda i: (arrival[i], i))
-    remaining = [j.duration for j in jobs]          # work left (priority preemption)
-    start = [np.nan] * n
-    end = [np.nan] * n
-    seg_start = [0.0] * n
-    alloc_of: dict[int, tuple] = {}
-    token = [0] * n                                  # invalidates stale completion events
-    segments: list[Segment] = []
-    reservations: dict[int, float] = {}
-    nodes = _Nodes(cluster.nodes, cluster.gpus_per_node)
-    done_heap: list = []                             # (end, seq, job, token)
-    running_est: dict[int, float] = {}               # job -> estimated end (EASY)
-    seq = 0
-    preemptions = 0
+    return ClusterSim(jobs, cluster, policy, placement, overhead,
+                      easy_backfill if backfill is None else backfill).run()
 
-    if policy in ("fifo", "easy"):
-        key = lambda i: (arrival[i], i)              # noqa: E731
-    elif policy == "sjf":
-        key = lambda i: (est[i], arrival[i], i)      # noqa: E731
-    else:
-        key = lambda i: (-prio[i], arrival[i], i)    # noqa: E731
-    queue: list = []                                 # heap of (key, job) except EASY
-    fifo: list[int] = []                             # EASY's queue in arrival order
 
-    def launch(i: int, now: float, alloc: tuple) -> None:
-        nonlocal seq
-        nodes.take(alloc)
-        alloc_of[i] = alloc
-        if np.isnan(start[i]):
-            start[i] = now
-        seg_start[i] = now
-        seq += 1
-        heapq.heappush(done_heap, (now + remaining[i], seq, i, token[i]))
-        running_est[i] = now + (est[i] - (jobs[i].duration - remaining[i]))
+def backfill_schedule(backfill: Callable, rows: Sequence, nodes: int, gpus_per_node: int,
+                      placement: str = "pack") -> list[float]:
+    """Start times of EASY with ``backfill`` as its backfill pass on the jobs ``rows``
+    ((arrival, gpus, duration, estimate), ...) on ``nodes`` × ``gpus_per_node`` GPUs: plain
+    data in and out (chapter 11's check of the learner's pass)."""
+    jobs = [Job(i, float(a), int(g), float(d), estimate=float(e))
+            for i, (a, g, d, e) in enumerate(rows)]
+    r = simulate(jobs, Cluster(nodes, gpus_per_node), "easy", placement=placement,
+                 backfill=backfill)
+    return [float(t) for t in r.start]
 
-    def schedule_heap(now: float) -> None:
-        nonlocal preemptions
-        while queue:
-            _, i = queue[0]
-            alloc = nodes.choose(gpus[i], placement)
-            if alloc is None and policy == "priority":
-                alloc = preempt_for(i, now)
-            if alloc is None:
-                return
-            heapq.heappop(queue)
-            launch(i, now, alloc)
 
-    def preempt_for(i: int, now: float):
-        nonlocal preemptions
-        victims = sorted((r for r in alloc_of if prio[r] < prio[i]),
-                         key=lambda r: (prio[r], -seg_start[r], -r))
-        trial = nodes.copy()
-        chosen = []
-        for r in victims:
-            trial.give(alloc_of[r])
-            chosen.append(r)
-            if trial.fits(gpus[i]):
-                break
-        else:
-            return None
-        for r in chosen:
-            alloc = alloc_of.pop(r)
-            nodes.give(alloc)
-            running_est.pop(r, None)
-            segments.append(Segment(r, seg_start[r], now, alloc))
-            remaining[r] -= now - seg_start[r]
-            remaining[r] += overhead
-            token[r] += 1
-            preemptions += 1
-            heapq.heappush(queue, (key(r), r))
-        return nodes.choose(gpus[i], placement)
-
-    def max_fit() -> int:
-        """The most GPUs one job could get right now."""
-        whole = len(nodes.by_free[nodes.gpn])
-        if whole > 1:
-            return whole * nodes.gpn
-        for f in range(nodes.gpn, 0, -1):
-            if nodes.by_free[f]:
-                return f
-        return 0
-
-    def schedule_easy(now: float) -> None:
-        """FCFS start from the head; then reserve the head's shadow time and backfill."""
-        nonlocal fifo
-        k = 0
-        while k < len(fifo):                         # FCFS part
-            alloc = nodes.choose(gpus[fifo[k]], placement)
-            if alloc is None:
-                break
-            launch(fifo[k], now, alloc)
-            k += 1
-        fifo = fifo[k:]
-        if not fifo:
-            return
-        head = fifo[0]
-        shadow, at_shadow = shadow_of(head)
-        reservations.setdefault(head, shadow)
-        limit = max_fit()
-        if limit == 0 or len(fifo) == 1:
-            return
-        # necessary: fits now, and ends before the shadow or fits beside the head then
-        spare = at_shadow.total_free - gpus[head]
-        horizon = shadow - now
-        cand = [i for i in fifo[1:] if gpus[i] <= limit and
-                (est[i] <= horizon or gpus[i] <= spare)]
-        if not cand:
-            return
-        started: set = set()
-        todo = cand
-        while todo:                   # passes until none starts: on nodes, a start can
-            again = []                # move where an earlier-rejected job would be placed
-            for i in todo:
-                g = gpus[i]
-                if g > nodes.total_free:
-                    again.append(i)
-                    continue
-                alloc = nodes.choose(g, placement)
-                if alloc is None:
-                    again.append(i)
-                    continue
-                if now + est[i] <= shadow:
-                    launch(i, now, alloc)
-                    started.add(i)
-                    continue
-                at_shadow.take(alloc)
-                if at_shadow.fits(gpus[head]):
-                    launch(i, now, alloc)
-                    started.add(i)
-                else:
-                    at_shadow.give(alloc)
-                    again.append(i)
-            if len(again) == len(todo) or nodes.total_free == 0 or nodes.gpn == \
-                    cluster.total_gpus:
-                break
-            lim, spare = max_fit(), at_shadow.total_free - gpus[head]
-            todo = [i for i in fifo[1:] if i not in started and gpus[i] <= lim and
-                    (now + est[i] <= shadow or gpus[i] <= spare)]
-        if started:
-            fifo = [i for i in fifo if i not in started]
-
-    def shadow_of(head: int):
-        """Earliest time the head fits if running jobs end at their estimates, and the
-        free state then (on a plain list of free GPUs per node: cheaper than _Nodes)."""
-        free = list(nodes.free)
-        total = nodes.total_free
-        g, gpn = gpus[head], nodes.gpn
-        for t, r in sorted((t, r) for r, t in running_est.items()):
-            for node, x in alloc_of[r]:
-                free[node] += x
-                total += x
-            if total >= g and ((g <= gpn and max(free) >= g) or
-                               (g > gpn and free.count(gpn) * gpn >= g)):
-                return t, _Nodes.from_free(free, gpn)
-        raise AssertionError("the head job fits on an empty cluster")   # pragma: no cover
-
-    a = 0
-    while a < n or done_heap or queue or fifo:
-        t_arr = arrival[order[a]] if a < n else np.inf
-        t_done = done_heap[0][0] if done_heap else np.inf
-        now = min(t_arr, t_done)
-        if now == np.inf:
-            raise AssertionError("jobs left in the queue with nothing running")  # pragma: no cover
-        while done_heap and done_heap[0][0] <= now:
-            t, _, i, tok = heapq.heappop(done_heap)
-            if tok != token[i]:
-                continue
-            alloc = alloc_of.pop(i)
-            nodes.give(alloc)
-            running_est.pop(i, None)
-            end[i] = t
-            remaining[i] = 0.0
-            segments.append(Segment(i, seg_start[i], t, alloc))
-        while a < n and arrival[order[a]] <= now:
-            i = order[a]
-            if policy == "easy":
-                fifo.append(i)
-            else:
-                heapq.heappush(queue, (key(i), i))
-            a += 1
-        if policy == "easy":
-            schedule_easy(now)
-        else:
-            schedule_heap(now)
-    segments.sort(key=lambda s: (s.start, s.job))
-    return ScheduleResult(policy, cluster, placement, list(jobs), np.array(start, float),
-                          np.array(end, float), segments, preemptions, reservations)
+def compare_policies(jobs: Sequence[Job], cluster: Cluster | None = None, *,
+                     placement: str = "pack", preempt_overhead: float = 0.0,
+                     backfill: Callable | None = None) -> dict[str, ScheduleResult]:
+    """The same jobs under every policy of :data:`POLICIES`; EASY with ``backfill`` as its
+    backfill pass when one is given (:func:`simulate`)."""
+    return {p: simulate(jobs, cluster, p, placement=placement,
+                        preempt_overhead=preempt_overhead,
+                        backfill=backfill if p == "easy" else None) for p in POLICIES}
 
 
 def busy_gpus(result: ScheduleResult, times: np.ndarray | None = None):

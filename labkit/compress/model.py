@@ -9,11 +9,9 @@ that includes 0, Z = round(−min / S). *Symmetric*: Z = 0, q ∈ [−(2^(b−1)
 Inference", §3.1), S = max|r| / (2^(b−1) − 1). *Per-channel*: one (S, Z) per output channel
 (Krishnamoorthi 2018, "Quantizing deep convolutional networks for efficient inference").
 
-**Floating point** (IEEE 754; bfloat16 as in Kalamkar et al. 2019): with p significand
-bits (the implicit one included) the unit roundoff is u = 2^−p: fp32 2^−24, fp16 2^−11 ≈
-4.9e-4 (≈ 3.3 decimal digits), bf16 2^−8 ≈ 3.9e-3 (≈ 2.4 digits). fp16 has 5 exponent
-bits (max 65504, smallest normal 2^−14, smallest subnormal 2^−24); bf16 has fp32's 8
-(max ≈ 3.4e38, smallest normal 2^−126).
+**Floating point**: the formats and their rounding are :mod:`labkit.numerics`'s
+(``FORMATS``, ``FloatFormat``, ``round_to``, ``unit_roundoff``); underflow and overflow
+under a loss scale are below.
 
 **Loss scaling** (Micikevicius et al. 2018, "Mixed Precision Training", §3.2): multiply the
 loss by S so small gradients do not underflow in fp16; divide the fp32 gradients by S
@@ -32,12 +30,12 @@ magnitude (which scale as 1/T²) comparable as T changes.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from labkit import validate as V
+from labkit.numerics import FORMATS, round_to
 
 
 @dataclass(frozen=True)
@@ -170,63 +168,6 @@ def structured_mask(w, sparsity: float) -> np.ndarray:
     return np.repeat(keep[:, None], w.shape[1], axis=1)
 
 
-@dataclass(frozen=True)
-class FloatFormat:
-    name: str
-    exponent_bits: int
-    significand_bits: int      # p, with the implicit leading one
-
-    @property
-    def unit_roundoff(self) -> float:
-        return 2.0 ** -self.significand_bits
-
-    @property
-    def decimal_digits(self) -> float:
-        return -math.log10(self.unit_roundoff)
-
-    @property
-    def max(self) -> float:
-        emax = 2 ** (self.exponent_bits - 1) - 1
-        return (2 - 2.0 ** (1 - self.significand_bits)) * 2.0 ** emax
-
-    @property
-    def min_normal(self) -> float:
-        return 2.0 ** (2 - 2 ** (self.exponent_bits - 1))
-
-    @property
-    def min_subnormal(self) -> float:
-        return self.min_normal * 2.0 ** (1 - self.significand_bits)
-
-
-FORMATS = {"fp32": FloatFormat("fp32", 8, 24), "fp16": FloatFormat("fp16", 5, 11),
-           "bf16": FloatFormat("bf16", 8, 8)}
-
-
-def unit_roundoff(fmt: str) -> float:
-    return FORMATS[V.one_of("fmt", fmt, tuple(FORMATS))].unit_roundoff
-
-
-def round_to(x, fmt: str) -> np.ndarray:
-    """``x`` rounded to ``fmt`` (round to nearest even), returned as float64; NaN stays NaN
-    and overflow gives ±inf. fp16 is one numpy cast from float64 (one rounding; PyTorch's
-    float64 → float16 goes through float32 and can round twice). bf16 is done on the
-    float32 bit pattern: add 0x7FFF + the lowest kept bit, drop the low 16 bits; a float64
-    ``x`` is rounded to float32 first, as PyTorch's float64 → bfloat16 conversion does.
-    (The one implementation: :func:`labkit.kernels.tensorcore.round_to` is this in float32.)"""
-    V.one_of("fmt", fmt, tuple(FORMATS))
-    with np.errstate(over="ignore", invalid="ignore"):   # ±inf and NaN are results, not warnings
-        x = np.asarray(x, dtype=np.float64)
-        if fmt == "fp16":
-            return x.astype(np.float16).astype(np.float64)
-        f = x.astype(np.float32)
-    if fmt == "fp32":
-        return f.astype(np.float64)
-    b = f.view(np.uint32).astype(np.uint64)
-    r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16
-    out = r.astype(np.uint32).view(np.float32).astype(np.float64)
-    return np.where(np.isnan(f), np.nan, out)
-
-
 def underflow_fraction(values, fmt: str = "fp16", scale: float = 1.0) -> float:
     """Share of the non-zero ``values`` that become 0 when ``scale · values`` is rounded to
     ``fmt`` (the gradients lost without loss scaling)."""
@@ -247,6 +188,21 @@ def overflow_fraction(values, fmt: str = "fp16", scale: float = 1.0) -> float:
     scale = V.positive("scale", scale)
     fmt = V.one_of("fmt", fmt, tuple(FORMATS))
     return float(np.mean(np.isinf(round_to(v * scale, fmt))))
+
+
+def safe_log2_scales(values, fmt: str = "fp16", max_lost: float = 0.01, low: int = 0,
+                     high: int = 40) -> list[int]:
+    """The integer e in [low, high] for which the loss scale 2^e loses under ``max_lost`` of
+    the non-zero ``values`` to underflow (:func:`underflow_fraction`) and overflows none
+    (:func:`overflow_fraction`): chapter 08's exercise 1, on the scaling widget's slider
+    range 0–40."""
+    v = V.array("values", values)
+    max_lost = V.fraction("max_lost", max_lost)
+    low = V.integer("low", low)
+    high = V.integer("high", high, low=low)
+    return [e for e in range(low, high + 1)
+            if underflow_fraction(v, fmt, 2.0 ** e) < max_lost
+            and overflow_fraction(v, fmt, 2.0 ** e) == 0.0]
 
 
 def update_loss_scale(scale: float, found_inf: bool, good_steps: int, *,

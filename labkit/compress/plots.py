@@ -6,7 +6,7 @@ import numpy as np
 
 def plot_curves(x, curves: dict, xlabel: str, ylabel: str, title: str = "", logy: bool = False):
     """One line per entry of ``curves`` (name → values over ``x``)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
 
     fig, ax = plt.subplots(figsize=(5.6, 3.3))
     for name, ys in curves.items():
@@ -24,7 +24,7 @@ def plot_curves(x, curves: dict, xlabel: str, ylabel: str, title: str = "", logy
 
 def plot_quant(w, wq, title: str = ""):
     """Histogram of the weights and of their quantized values."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
 
     fig, ax = plt.subplots(figsize=(5.6, 2.8))
     ax.hist(np.ravel(w), bins=120, alpha=0.6, label="fp32 weights")
@@ -38,7 +38,7 @@ def plot_quant(w, wq, title: str = ""):
 
 def plot_gradients(grads, scale: float, fmt_min_subnormal: float, fmt_max: float, title: str = ""):
     """log2 |gradient × scale| with the format's representable range shaded."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
 
     g = np.abs(np.ravel(grads)) * scale
     g = g[g > 0]

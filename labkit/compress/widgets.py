@@ -4,9 +4,10 @@ from __future__ import annotations
 import numpy as np
 
 from labkit import validate as V
-from labkit.compress.model import (FORMATS, fake_quant, overflow_fraction, relative_error,
-                                   underflow_fraction)
+from labkit.compress.model import fake_quant, overflow_fraction, relative_error, underflow_fraction
+from labkit.compress.plots import plot_gradients, plot_quant
 from labkit.controls import checkbox, fixed, int_slider, interactive
+from labkit.numerics import FORMATS
 from labkit.show import show
 
 
@@ -24,8 +25,6 @@ def demo_gradients(seed: int = 0, n: int = 20000) -> np.ndarray:
 
 
 def show_quant(bits: int, symmetric: bool, per_channel: bool, w=None):
-    from labkit.compress.plots import plot_quant
-
     w = demo_weights() if w is None else V.array("w", w, ndim=2)
     wq = fake_quant(w, bits, symmetric, 0 if per_channel else None)
     rel = relative_error(w, wq, axis=1)
@@ -45,8 +44,6 @@ def quant_widget(bits: int = 4, symmetric: bool = True, per_channel: bool = Fals
 
 
 def show_scaling(log2_scale: int, grads=None):
-    from labkit.compress.plots import plot_gradients
-
     g = demo_gradients() if grads is None else V.array("grads", grads)
     s = 2.0 ** log2_scale
     lost = underflow_fraction(g, "fp16", s)

@@ -18,7 +18,7 @@ def load_digits(test_fraction: float = 0.25, seed: int = 0, dtype=np.float32) ->
     """A seeded, shuffled train/test split of the digits, pixels scaled from [0, 16] to [0, 1]."""
     if not 0 < test_fraction < 1:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
-    from sklearn.datasets import load_digits as _load
+    from sklearn.datasets import load_digits as _load  # deferred: sklearn
 
     d = _load()
     x = (d.data / 16.0).astype(dtype)

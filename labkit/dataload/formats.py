@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from labkit import validate as V
+from labkit.timing import benchmark
 
 FORMATS = ("per_file", "shards", "memmap")
 
@@ -102,8 +103,6 @@ def measure_formats(images: np.ndarray, directory, *, reads: int = 2000, seed: i
                     repeats: int = 3) -> list[FormatTiming]:
     """Write ``images`` in each format under ``directory``, then time ``reads`` random-order
     reads of one sample each (as bytes)."""
-    from labkit.perf.timing import benchmark
-
     images = V.array("images", images, dtype=np.uint8)
     reads = V.integer("reads", reads, low=1)
     records = [im.tobytes() for im in images]
@@ -122,3 +121,13 @@ def measure_formats(images: np.ndarray, directory, *, reads: int = 2000, seed: i
     disk = {"per_file": size(pf), "shards": size(sh), "memmap": size(mm_path)}
     return [FormatTiming(k, benchmark(f, repeats=repeats).median / reads, files[k], disk[k])
             for k, f in fns.items()]
+
+
+def read_cost_ratios(timings: list[FormatTiming]) -> dict[str, float]:
+    """How many times a per-file read costs each other format's read, from
+    :func:`measure_formats`: ``{"shards": t_per_file / t_shards, "memmap": …}`` — the number
+    to print instead of typing "several times"."""
+    by = {t.name: t.seconds_per_sample for t in timings}
+    if "per_file" not in by:
+        raise ValueError("timings must include the per_file format")
+    return {k: by["per_file"] / v for k, v in by.items() if k != "per_file" and v > 0}

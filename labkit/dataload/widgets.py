@@ -1,25 +1,27 @@
 """Widgets of chapter 07: each wires controls to the simulator and a plot."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from labkit import validate as V
 from labkit.controls import checkbox, fixed, float_slider, int_slider, interactive
-from labkit.dataload.sim import PipelineConfig, plateau_workers, simulate
+from labkit.dataload.plots import plot_queue, plot_steps, plot_throughput
+from labkit.dataload.sim import PipelineConfig, bound_rate, plateau_workers, simulate, steady_config
 from labkit.show import show
 
 MAX_WORKERS = 32
 MAX_CORES = 64
 MAX_PREFETCH = 8
 MIN_MS = 0.5        # the load and step sliders' lower end and step (ms)
+MAX_JITTER = 2.0    # the jitter slider's upper end (coefficient of variation)
 
 
 def show_machine(cores: int, load_ms: float, compute_ms: float, accelerator: bool,
                  prefetch_factor: int, base: PipelineConfig, measured=None, max_workers: int = 8):
     """Simulated samples/s for 0..max_workers workers on a machine with ``cores`` cores,
     ``load_ms`` CPU per batch and ``compute_ms`` per step (on an accelerator or a core)."""
-    from labkit.dataload.plots import plot_throughput
-
     B = base.batch_size
     share = base.decode_share
     cfg = PipelineConfig(batch_size=B, cores=cores, prefetch_factor=prefetch_factor,
@@ -28,7 +30,7 @@ def show_machine(cores: int, load_ms: float, compute_ms: float, accelerator: boo
                          compute_s=compute_ms * 1e-3, compute_on_cpu=not accelerator,
                          batches=max(base.batches, 60))
     workers = np.arange(max_workers + 1)
-    rates = [simulate(cfg, num_workers=int(w)).samples_per_s for w in workers]
+    rates = [simulate(steady_config(cfg, int(w))).samples_per_s for w in workers]
     best = plateau_workers(rates, 0.99)    # fewest workers near the top
     print(f"{cores} cores, load {load_ms:.1f} ms/batch, step {compute_ms:.1f} ms on "
           f"{'an accelerator' if accelerator else 'the CPU'}: {max(rates):,.0f} samples/s at best, "
@@ -71,9 +73,7 @@ def machine_widget(base: PipelineConfig | None = None, measured=None, max_worker
 
 def show_steps(num_workers: int, prefetch_factor: int, base: PipelineConfig, steps: int = 12):
     """The first steps of the training loop under the simulator, and the waiting share."""
-    from labkit.dataload.plots import plot_steps
-
-    r = simulate(base, num_workers=num_workers, prefetch_factor=prefetch_factor)
+    r = simulate(steady_config(replace(base, prefetch_factor=prefetch_factor), num_workers))
     print(f"num_workers={num_workers}, prefetch_factor={prefetch_factor}: "
           f"{r.samples_per_s:,.0f} samples/s, waiting for data {r.wait_fraction:.1%} of the time")
     show(plot_steps(r, steps))
@@ -89,3 +89,31 @@ def steps_widget(base: PipelineConfig | None = None):
                        prefetch_factor=int_slider("base.prefetch_factor", base.prefetch_factor,
                                                   1, MAX_PREFETCH, "prefetch"),
                        base=fixed(base), steps=fixed(12))
+
+
+def show_queue(prefetch_factor: int, num_workers: int, jitter: float, base: PipelineConfig):
+    """The prefetch queue over time and the start-up transient of one simulation
+    (:func:`labkit.dataload.plots.plot_queue`), with the steady rate against the bound."""
+    cfg = steady_config(replace(base, prefetch_factor=prefetch_factor, jitter=jitter), num_workers)
+    r = simulate(cfg)
+    print(f"num_workers={num_workers}, prefetch_factor={prefetch_factor}, jitter {jitter:.1f}: "
+          f"{r.samples_per_s:,.0f} samples/s in steady state (bound {bound_rate(cfg):,.0f}); "
+          f"first batch after {r.first_batch_s * 1e3:.1f} ms; queue holds "
+          f"{r.queue().mean_ready(r.step_end[r.window.start], r.step_end[r.window.stop - 1]):.1f} "
+          f"ready batches on average")
+    show(plot_queue(r))
+    return r
+
+
+def queue_widget(base: PipelineConfig | None = None):
+    """prefetch_factor (first slider), num_workers and the jitter of the per-sample cost →
+    the queue over time and the step durations."""
+    base = _base(base)
+    return interactive(show_queue,
+                       prefetch_factor=int_slider("base.prefetch_factor", base.prefetch_factor,
+                                                  1, MAX_PREFETCH, "prefetch"),
+                       num_workers=int_slider("base.num_workers", max(base.num_workers, 1), 1,
+                                              MAX_WORKERS, "num_workers"),
+                       jitter=float_slider("base.jitter", base.jitter, 0.0, MAX_JITTER, 0.1,
+                                           "jitter (CV)"),
+                       base=fixed(base))

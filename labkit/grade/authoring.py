@@ -1,10 +1,13 @@
-"""Build a solution notebook from a list of cells (for authors writing chapters by script).
+"""Build a solution notebook from a list of cells (a chapter's first draft, by script).
 
     from labkit.grade.authoring import md, code, check_cell, write
-    write("solutions/02_autodiff.ipynb", [md("# Title"), code("x = 1"), check_cell("2.1", "x")])
+    write("solutions/02_autodiff.py", [md("# Title"), code("x = 1"), check_cell("2.1", "x")])
 
-``check_cell("2.1", "answer")`` makes the canonical check cell ``check("2.1", answer)`` with
-its tag, metadata and id. Tags such as ``browser-test`` or ``nbval-skip`` go in ``tags``.
+writes the chapter's text source (py:percent, see :mod:`labkit.grade.generate`); ``make
+notebooks`` then writes its pair ``solutions/02_autodiff.ipynb``. From then on the text file
+is edited by hand. ``check_cell("2.1", "answer")`` makes the canonical check cell
+``check("2.1", answer)`` with its tag, metadata and id. Tags such as ``browser-test`` or
+``nbval-skip`` go in ``tags``.
 """
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from pathlib import Path
 
 import nbformat
 
-from labkit.grade.generate import CHECK_TAG, check_cell_id, clean, render
+from labkit.grade.generate import CHECK_TAG, check_cell_id, clean, notebook_to_text, render
 
 KERNELSPEC = {"display_name": "Python 3 (labkit)", "language": "python", "name": "python3"}
 
@@ -52,8 +55,10 @@ def notebook(cells: list[nbformat.NotebookNode]) -> nbformat.NotebookNode:
 
 
 def write(path: str | Path, cells: list[nbformat.NotebookNode]) -> Path:
+    """Write the cells as a chapter's text source (``.py``) or as a notebook (``.ipynb``)."""
     path = Path(path)
     nb = notebook(cells)
     nbformat.validate(nb)
-    path.write_text(render(clean(nb)), encoding="utf-8")
+    path.write_text(notebook_to_text(nb) if path.suffix == ".py" else render(clean(nb)),
+                    encoding="utf-8")
     return path

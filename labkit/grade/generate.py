@@ -14,7 +14,14 @@ Both kinds of notebook are stored without outputs. A check cell is a code cell t
 ``check`` whose metadata ``labkit.exercise`` names its exercise; its cell id is
 ``check-<id with dots as dashes>``. The grader puts these cells back from the solutions.
 
-Usage: ``python -m labkit.grade.generate [--check]`` (``make notebooks``).
+A chapter's source is the text file ``solutions/NN_slug.py`` (jupytext's py:percent format);
+``solutions/NN_slug.ipynb`` is its pair, written from it, for nbval, the grader and the
+browser test. The text stores each cell's id as cell metadata ``id`` (jupytext's text
+formats store none), except a check cell's, which follows from ``labkit.exercise``; a cell
+written without an id gets the next free ``cell-NNN``. So the text alone gives the notebook.
+
+Usage: ``python -m labkit.grade.generate [--check]`` (``make notebooks``): syncs each pair
+(the text is the source), then writes ``notebooks/`` and the README's chapter table.
 """
 from __future__ import annotations
 
@@ -27,6 +34,8 @@ import textwrap
 from pathlib import Path
 
 import nbformat
+
+from labkit.course import CHAPTERS
 
 BEGIN, END, STUB = "### BEGIN SOLUTION", "### END SOLUTION", "# STUB:"
 CHECK_TAG = "check"
@@ -140,6 +149,93 @@ def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
+# jupytext's py:percent; the header keeps the notebook's kernelspec and language_info only
+# (no jupytext version that would change with every upgrade), cells keep all their metadata.
+TEXT_FORMAT = {"extension": ".py", "format_name": "percent",
+               "notebook_metadata_filter": "kernelspec,language_info,-all",
+               "cell_metadata_filter": "all"}
+NUMBERED_ID = re.compile(r"cell-(\d+)")
+# How a hand-written text spaced and marked its cells (jupytext/cell_metadata.py's
+# _JUPYTEXT_CELL_METADATA): not kept, so `make notebooks` rewrites the text in one layout.
+LAYOUT_METADATA = ("skipline", "noskipline", "cell_marker", "lines_to_next_cell",
+                   "lines_to_end_of_cell_marker")
+
+
+def implied_id(cell: nbformat.NotebookNode) -> str | None:
+    """The id a cell's text form need not store: a check cell's, from ``labkit.exercise``."""
+    exercise = cell.metadata.get("labkit", {}).get("exercise")
+    return check_cell_id(exercise) if isinstance(exercise, str) else None
+
+
+def notebook_to_text(nb: nbformat.NotebookNode) -> str:
+    """The text source of a solution notebook: py:percent, each cell's id in its metadata."""
+    # deferred: jupytext
+    import jupytext  # the authoring tool (dev extra): the grader imports this module without it
+
+    nb = clean(nb)
+    for cell in nb.cells:                 # sorted, as the notebook's JSON stores them
+        stored = {"id": cell.id} if cell.get("id") != implied_id(cell) else {}
+        cell.metadata = {**stored, **dict(sorted(cell.metadata.items()))}
+    return jupytext.writes(nb, fmt=TEXT_FORMAT)
+
+
+def text_to_notebook(text: str) -> nbformat.NotebookNode:
+    """The solution notebook a text source describes; a cell with no id (a new one) gets the
+    next free ``cell-NNN``, so the same text always gives the same notebook."""
+    # deferred: jupytext
+    import jupytext  # see notebook_to_text
+
+    nb = jupytext.reads(text, fmt=TEXT_FORMAT)
+    nb.metadata.pop("jupytext", None)
+    for cell in nb.cells:
+        for key in LAYOUT_METADATA:
+            cell.metadata.pop(key, None)
+    ids = [cell.metadata.pop("id", None) or implied_id(cell) for cell in nb.cells]
+    numbers = [int(m[1]) for i in ids if i and (m := NUMBERED_ID.fullmatch(i))]
+    fresh = max(numbers, default=-1) + 1
+    for cell, cell_id in zip(nb.cells, ids):
+        if cell_id is None:
+            cell_id, fresh = f"cell-{fresh:03d}", fresh + 1
+        cell.id = cell_id
+    return nb
+
+
+def sync_pair(notebook_path: Path, *, check_only: bool = False
+              ) -> tuple[nbformat.NotebookNode, list[str]]:
+    """Bring ``NN_slug.ipynb`` and its text source ``NN_slug.py`` into agreement, the text
+    being the source; return the solution notebook and the problems found (a drifted pair,
+    a missing half, a text not in the layout written here or with new cells, outputs).
+
+    Without a text file, it is written from the notebook (a chapter built with
+    ``labkit.grade.authoring``). A notebook edited after its text (in JupyterLab) is not
+    overwritten: that raises, saying which file to delete to keep which edits.
+    """
+    text_path = notebook_path.with_suffix(".py")
+    stored = clean(nbformat.read(notebook_path, as_version=4)) if notebook_path.exists() else None
+    solution = text_to_notebook(text_path.read_text(encoding="utf-8")) \
+        if text_path.exists() else stored
+    edited = stored is not None and render(stored) != render(solution)
+    if (edited and not check_only and text_path.exists()
+            and notebook_path.stat().st_mtime > text_path.stat().st_mtime):
+        raise NotebookFormatError(
+            f"{notebook_path.name} was edited after {text_path.name}: to keep the notebook's "
+            f"edits delete {text_path.name}, to keep the text's delete {notebook_path.name}; "
+            f"then run `make notebooks`")
+    problems = []
+    for path, text in ((text_path, notebook_to_text(solution)),
+                       (notebook_path, render(solution))):
+        if path.exists() and path.read_text(encoding="utf-8") == text:
+            continue
+        other = (notebook_path if path == text_path else text_path).name
+        why = (f"missing, written from {other}" if not path.exists() else
+               "cells without an id, or laid out by hand" if path == text_path else
+               "solution notebook holds outputs" if not edited else f"differs from {other}")
+        problems.append(f"{path.name}: {why} (run `make notebooks`)")
+        if not check_only:
+            path.write_text(text, encoding="utf-8")
+    return solution, problems
+
+
 def learner_version(solution: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """The learner notebook generated from a solution notebook."""
     check_cells(solution)
@@ -168,19 +264,18 @@ def generate(solutions: Path = SOLUTIONS, notebooks: Path = NOTEBOOKS, *,
              check_only: bool = False) -> list[str]:
     """Write (or, with ``check_only``, compare) every learner notebook.
 
-    Returns the problems found: stale or missing notebooks, notebooks without a solution,
+    Each solution is first synced with its text source (:func:`sync_pair`). Returns the
+    problems found: drifted pairs, stale or missing notebooks, notebooks without a solution,
     solution notebooks stored with outputs.
     """
     problems: list[str] = []
-    sources = sorted(solutions.glob("*.ipynb"))
+    sources = sorted({solutions / f"{p.stem}.ipynb"
+                      for p in [*solutions.glob("*.ipynb"), *solutions.glob("*.py")]})
     if not sources:
         raise NotebookFormatError(f"no solution notebooks in {solutions}")
     for src in sources:
-        solution = nbformat.read(src, as_version=4)
-        if render(clean(solution)) != src.read_text(encoding="utf-8"):
-            problems.append(f"{src.name}: solution notebook holds outputs (run `make notebooks`)")
-            if not check_only:
-                src.write_text(render(clean(solution)), encoding="utf-8")
+        solution, found = sync_pair(src, check_only=check_only)
+        problems += found
         text = render(learner_version(solution))
         dest = notebooks / src.name
         if not dest.exists() or dest.read_text(encoding="utf-8") != text:
@@ -201,8 +296,6 @@ TABLE_BEGIN, TABLE_END = "<!-- chapters: generated by `make notebooks` -->", "<!
 def readme_table(solutions: Path = SOLUTIONS) -> str:
     """The README's chapter table: the chapters of ``labkit.course`` whose solution notebook
     exists (chapters being written appear once their notebook lands)."""
-    from labkit.course import CHAPTERS
-
     lines = ["| # | notebook | what you will do |", "|---|---|---|"]
     for ch in CHAPTERS:
         if (solutions / ch.filename).exists():

@@ -1,31 +1,52 @@
-"""Grade learners' notebooks: restore checks, run nbval in grading mode, collect verdicts.
+"""Grade learners' notebooks: restore checks, run each notebook, decide each verdict apart.
 
-Each notebook runs in its own process (pytest + nbval, ``LABKIT_GRADE=1``) in a temporary
-copy, under a wall-clock limit; the check cells append their verdicts to a log file that is
-the source of the score. What goes wrong around a notebook (not JSON, missing, too slow,
-kernel crash, checks that never ran) becomes a note and an ``error`` status, not a traceback.
+For each notebook, in a temporary copy with the canonical check cells restored:
+
+1. **The notebook run** (pytest + nbval, in its own process group, under a wall-clock
+   limit), as the learner would run it: checks print, never raise. It tells which cells
+   fail and with what, and a watch in the kernel (an IPython startup file) notes any cell
+   that replaces a function of labkit, numpy, torch or the standard library. Nothing it
+   writes is a grade: the verdict log it leaves is a hint.
+2. **The verdicts** (:mod:`labkit.grade.verdicts`): each exercise's answer cells run again
+   in a fresh process, on inputs drawn from this run's seed, and the checker decides in
+   the grader's own process on the plain data they produced.
+
+What goes wrong around a notebook (not JSON, missing, too slow, kernel crash) becomes a
+note, not a traceback. The grader becomes the reaper of every process a notebook starts
+(``PR_SET_CHILD_SUBREAPER``), kills those left over, and checks that no file of labkit or
+of the installed packages changed while it graded.
 """
 from __future__ import annotations
 
+import ctypes
 import difflib
 import json
 import math
 import os
+import secrets
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
 import nbformat
+from tqdm.auto import tqdm
 
-from labkit.check.core import ERROR, GRADE_ENV, LOG_ENV, MISSING
+from labkit.check.core import ERROR, GRADE_ENV, LOG_ENV, MISSING, get
+from labkit.grade import intake as _intake, verdicts as _verdicts
+from labkit.grade.config import GradingConfig
 from labkit.grade.generate import SOLUTIONS, NotebookFormatError, check_cells
 from labkit.grade.restore import restore_checks
+
+WATCH_ENV = "LABKIT_WATCH_LOG"
 
 
 @dataclass
@@ -38,6 +59,36 @@ class NotebookGrade:
     failed_cells: list[str] = field(default_factory=list)  # ids of non-check cells that failed
     seconds: float = 0.0
     submitted: bool = True
+    seed: int | None = None
+    untrusted: list[str] = field(default_factory=list)   # decided in the answer process
+    tracebacks: dict[str, str] = field(default_factory=dict)  # exercise -> learner's lines
+    student_id: str = ""
+    submitted_at: str = ""              # ISO time: the LMS's record, or the file's mtime
+    graded_at: str = ""
+    late_days: int = 0
+    late_factor: float = 1.0            # the fraction of its points the late policy keeps
+    points: dict[str, float] = field(default_factory=dict)       # earned, per exercise
+    max_points: dict[str, float] = field(default_factory=dict)
+    titles: dict[str, str] = field(default_factory=dict)
+
+    def apply_points(self, config, due=None) -> None:
+        """Points per exercise from ``config`` (a pass earns the exercise's points, times
+        the late policy's factor); lateness from ``submitted_at`` and ``due``."""
+        submitted = datetime.fromisoformat(self.submitted_at) if self.submitted_at else None
+        self.late_days = config.late.days_late(submitted, due)
+        self.late_factor = config.late.factor(submitted, due)
+        for ex, status in self.statuses.items():
+            top = config.points_for(ex)
+            self.max_points[ex] = top
+            self.points[ex] = top * self.late_factor if status == "pass" else 0.0
+            try:
+                self.titles[ex] = get(ex).title
+            except ValueError:
+                self.titles[ex] = ""
+        if self.late_days:
+            self.notes.append(f"{self.notebook}: submitted {self.late_days} day"
+                              f"{'s' * (self.late_days != 1)} late: "
+                              f"{self.late_factor:.0%} of its points kept")
 
 
 @dataclass(frozen=True)
@@ -103,88 +154,167 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def find_learners(submissions: Path) -> tuple[dict[str, Path], list[str]]:
-    """Learner folders under ``submissions`` and notes on anything else found there."""
-    if not submissions.is_dir():
-        raise ValueError(f"submissions must be a folder with one sub-folder per learner; "
-                         f"{submissions} is not a folder")
-    learners, notes = {}, []
-    for entry in sorted(submissions.iterdir()):
-        if entry.is_dir() and not entry.name.startswith("."):
-            learners[entry.name] = entry
-        elif entry.is_file():
-            notes.append(f"ignored {entry.name}: put each learner's notebooks in a folder "
-                         f"named after the learner")
-    if not learners:
-        raise ValueError(f"no learner folders found in {submissions}: put each learner's "
-                         f"notebooks in a folder named after the learner "
-                         f"({submissions}/ada/02_autodiff.ipynb, ...)")
-    return learners, notes
+WATCH_STARTUP = """\
+# Written by labkit-grade: note every cell that replaces a function of labkit, numpy,
+# torch or the standard library (a hint for the grader's notes, never a grade).
+import json as _lk_json, os as _lk_os
+
+
+def _lk_watch():
+    from labkit.grade import sandbox as _sb
+    state = {"before": _sb.snapshot(), "count": 0}
+    log = _lk_os.environ.get("LABKIT_WATCH_LOG")
+
+    def post(result):
+        state["count"] += 1
+        after = _sb.snapshot()
+        notes = _sb.relevant(_sb.altered(state["before"], after))
+        state["before"] = after
+        if notes and log:
+            cell = getattr(getattr(result, "info", None), "cell_id", None)
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write(_lk_json.dumps({"cell": cell, "count": state["count"],
+                                         "notes": notes}) + "\\n")
+    get_ipython().events.register("post_run_cell", post)
+
+
+_lk_watch()
+del _lk_watch
+"""
 
 
 def grade_notebook(learner: str, path: Path, name: str, assignment: Assignment, *,
-                   timeout: float, cell_timeout: float) -> NotebookGrade:
+                   timeout: float, cell_timeout: float, seed: int | None = None,
+                   exercise_timeout: float = 120.0) -> NotebookGrade:
+    """One learner's notebook: the notebook run (notes), then the verdicts (see the module
+    docstring). ``seed`` picks the check's inputs (None: a fresh one)."""
     ids = assignment.exercises[name]
-    grade = NotebookGrade(learner, name, {i: ERROR for i in ids})
-    if not path.exists():
+    seed = secrets.randbelow(2 ** 31) if seed is None else seed
+    grade = NotebookGrade(learner, name, {i: ERROR for i in ids}, seed=seed,
+                          graded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    if path is None or not Path(path).exists():
         grade.statuses = {i: MISSING for i in ids}
+        grade.messages = {i: "not submitted" for i in ids}
         grade.submitted = False
-        grade.notes.append(f"{name}: notebook not submitted{_near_match(path.parent, name)}")
+        where = Path(path).parent if path is not None else None
+        grade.notes.append(f"{name}: notebook not submitted"
+                           f"{_near_match(where, name) if where else ''}")
         return grade
+    path = Path(path)
     try:
         submission = read_submission(path)
     except ValueError as exc:  # not JSON, not a notebook: one clear line
         grade.notes.append(f"{name}: {exc}")
         return grade
     restored = restore_checks(submission, assignment.solutions[name])
-    grade.notes += [f"{name}: {n}" for n in restored.notes]
+    grade.notes += [f"{name}: {n}" for n in merge_restore_notes(restored.notes)]
 
     with tempfile.TemporaryDirectory(prefix="labkit-grade-") as tmp:
         tmpdir = Path(tmp)
-        nb_path = tmpdir / name
-        nbformat.write(restored.notebook, nb_path)
-        (tmpdir / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
-        log = tmpdir / "verdicts.jsonl"
-        env = dict(os.environ, **{GRADE_ENV: "1", LOG_ENV: str(log)})
-        env.pop("PYTEST_ADDOPTS", None)
-        cmd = [sys.executable, "-m", "pytest", "-q", "--nbval-lax", "--nbval-current-env",
-               "-p", "labkit.grade.watchdog",
-               f"--nbval-cell-timeout={cell_timeout:g}", "-p", "no:xdist", "-p", "no:timeout",
-               "-W", "ignore", "--junitxml=results.xml", nb_path.name]
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=tmpdir, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        try:
-            output, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            output = ""
-            grade.notes.append(f"{name}: stopped after the time limit of {timeout:g} s")
+        output, hints, watched, failed = _run_notebook(restored.notebook, name, tmpdir,
+                                                        timeout=timeout,
+                                                        cell_timeout=cell_timeout,
+                                                        grade=grade)
+        answers = tmpdir / "answers"
+        answers.mkdir()
+        results = _verdicts.decide(restored.notebook, assignment.solutions[name], ids,
+                                   seed=seed, timeout=exercise_timeout, workdir=answers)
         grade.seconds = time.perf_counter() - start
-        verdicts = _read_log(log)
-        failed = _failed_code_cells(tmpdir / "results.xml", restored.notebook)
-    grade.failed_cells = [cid for cid in failed if not cid.startswith("check-")]
-    if grade.failed_cells:
-        grade.notes.append(f"{name}: cells other than checks failed: "
-                           f"{', '.join(grade.failed_cells)}")
-
+    timed_out = any(t in output for t in ("seconds exceeded", "Failed to interrupt kernel",
+                                            "Timeout waiting for"))
+    crashed = not timed_out and any(t in output for t in (
+        "DeadKernelError", "Kernel died", "Kernel dead", "kernel died"))
+    failed = [cid for cid in failed if not cid.startswith("check-")]
+    if crashed or timed_out:
+        grade.failed_cells = failed[:1]
+        what = ("the kernel died" if crashed else
+                f"a cell ran past the cell time limit of {cell_timeout:g} s (an interrupt "
+                f"did not stop it)" if "Failed to interrupt" in output else
+                f"a cell ran past the cell time limit of {cell_timeout:g} s")
+        where = f" in {failed[0]}" if failed else ""
+        rest = f"; the {len(failed) - 1} cells after it did not run" if len(failed) > 1 else ""
+        grade.notes.append(f"{name}: {what}{where}{rest}")
+    else:
+        grade.failed_cells = failed
+        if failed:
+            grade.notes.append(f"{name}: cells other than checks failed: {', '.join(failed)}")
+    code_ids = [c.get("id", f"#{i}") for i, c in enumerate(restored.notebook.cells)
+                if c.cell_type == "code"]
+    for entry in watched:
+        cell = entry.get("cell") or (code_ids[entry["count"] - 1]
+                                     if 0 < entry.get("count", 0) <= len(code_ids) else "?")
+        grade.notes.append(f"{name}: {'; '.join(entry['notes'][:3])} in {cell}")
     for ex_id in ids:
-        if ex_id in verdicts:
-            grade.statuses[ex_id] = verdicts[ex_id]["status"]
-            grade.messages[ex_id] = verdicts[ex_id]["message"]
-        else:
-            grade.messages[ex_id] = "the check never ran"
-    crashed = any(s in output for s in ("DeadKernelError", "Kernel died", "Kernel dead",
-                                         "kernel died",
-                                         "Failed to interrupt kernel"))
-    if crashed:
-        grade.notes.append(f"{name}: the kernel crashed or stopped responding")
-    elif "seconds exceeded" in output:
-        grade.notes.append(f"{name}: a cell ran past the cell time limit of {cell_timeout:g} s")
-    never = [i for i in ids if i not in verdicts]
-    if never and not any("time limit" in n or "crash" in n for n in grade.notes):
-        grade.notes.append(f"{name}: checks {', '.join(never)} never ran")
+        r = results[ex_id]
+        grade.statuses[ex_id], grade.messages[ex_id] = r.status, r.message
+        if r.traceback:
+            grade.tracebacks[ex_id] = r.traceback
+        if not r.trusted:
+            grade.untrusted.append(ex_id)
+        grade.notes += [f"{name}: {n}" for n in r.notes if n not in grade.notes]
+        if r.status != "pass" and any(h.get("status") == "pass"
+                                      for h in hints.get(ex_id, [])):
+            grade.notes.append(f"{name}: the notebook's verdict log holds a pass for {ex_id} "
+                               f"that the grader's verdict ({r.status}) does not confirm "
+                               f"(the log is a hint, never the grade)")
     return grade
+
+
+def merge_restore_notes(notes: list[str]) -> list[str]:
+    """"check 2.1 was edited; restored" × n → one note listing the exercises."""
+    edited = [n.split()[1] for n in notes if n.endswith("was edited; restored")]
+    deleted = [n.split()[1] for n in notes if n.endswith("was deleted; restored")]
+    out = [n for n in notes if not n.endswith(("was edited; restored", "was deleted; restored"))]
+    for ids, what in ((edited, "edited"), (deleted, "deleted")):
+        if len(ids) == 1:
+            out.append(f"check {ids[0]} was {what}; restored")
+        elif ids:
+            out.append(f"checks {', '.join(ids)} were {what}; restored")
+    return out
+
+
+def _run_notebook(nb: nbformat.NotebookNode, name: str, tmpdir: Path, *, timeout: float,
+                  cell_timeout: float, grade: NotebookGrade
+                  ) -> tuple[str, dict[str, dict], list[dict], list[str]]:
+    """The notebook run: output, the hint verdicts, the watch's notes, failed cell ids."""
+    nb_path = tmpdir / name
+    nbformat.write(nb, nb_path)
+    (tmpdir / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
+    startup = tmpdir / "ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    (startup / "00-labkit-watch.py").write_text(WATCH_STARTUP, encoding="utf-8")
+    log, watch = tmpdir / "verdicts.jsonl", tmpdir / "watch.jsonl"
+    env = dict(os.environ, **{LOG_ENV: str(log), WATCH_ENV: str(watch),
+                               "IPYTHONDIR": str(tmpdir / "ipython"),
+                               "LABKIT_PROGRESS": str(tmpdir / "progress.json"),
+                               "MPLBACKEND": "Agg"})
+    env.pop(GRADE_ENV, None)
+    env.pop("PYTEST_ADDOPTS", None)
+    cmd = [sys.executable, "-m", "pytest", "-q", "--nbval-lax", "--nbval-current-env",
+           "-p", "labkit.grade.watchdog",
+           f"--nbval-cell-timeout={cell_timeout:g}", "-p", "no:xdist", "-p", "no:timeout",
+           "-p", "no:hypothesispytest",   # Hypothesis's plugin costs a second per start
+           "-W", "ignore", "--junitxml=results.xml", nb_path.name]
+    proc = subprocess.Popen(cmd, cwd=tmpdir, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        output = ""
+        grade.notes.append(f"{name}: stopped after the time limit of {timeout:g} s")
+    _kill_group(proc)
+    watched = []
+    if watch.exists():
+        for line in watch.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(entry, dict) and isinstance(entry.get("notes"), list):
+                watched.append(entry)
+    return output, _read_log(log), watched, _failed_code_cells(tmpdir / "results.xml", nb)
 
 
 def read_submission(path: Path) -> nbformat.NotebookNode:
@@ -194,7 +324,8 @@ def read_submission(path: Path) -> nbformat.NotebookNode:
     except UnicodeDecodeError:
         raise ValueError("not a notebook (not a text file)") from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"not a valid notebook (not JSON: {exc.msg} at line {exc.lineno})") from None
+        raise ValueError(f"not a valid notebook (not JSON: {exc.msg}, line {exc.lineno} "
+                         f"column {exc.colno})") from None
     if not isinstance(data, dict) or "nbformat" not in data or not (
             "cells" in data or "worksheets" in data):
         kind = type(data).__name__ if not isinstance(data, dict) else "object without cells"
@@ -222,7 +353,6 @@ def _failed_code_cells(junit: Path, nb: nbformat.NotebookNode) -> list[str]:
     counting code cells only)."""
     if not junit.exists():
         return []
-    import xml.etree.ElementTree as ET
 
     code_ids = [c.get("id", f"#{i}") for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     failed = []
@@ -237,50 +367,220 @@ def _failed_code_cells(junit: Path, nb: nbformat.NotebookNode) -> list[str]:
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
 
 
-def _read_log(log: Path) -> dict[str, dict]:
-    """The last verdict per exercise (a check cell runs once; a re-run counts once);
-    predictions and anything malformed in the log are skipped."""
-    verdicts: dict[str, dict] = {}
+def _read_log(log: Path) -> dict[str, list[dict]]:
+    """Every verdict the notebook run logged, by exercise (a hint: the notebook's own code
+    can write this file); predictions and anything malformed are skipped."""
+    verdicts: dict[str, list[dict]] = {}
     if log.exists():
-        for line in log.read_text(encoding="utf-8").splitlines():
+        for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 entry = json.loads(line)
             except json.JSONDecodeError:
                 continue
             # the log also holds predictions ({"prediction": ..., "guess": ...}): not graded
             if isinstance(entry, dict) and {"exercise", "status", "message"} <= entry.keys():
-                verdicts[entry["exercise"]] = entry
+                verdicts.setdefault(str(entry["exercise"]), []).append(entry)
     return verdicts
 
 
-def grade_all(submissions: Path, assignment: Assignment, *, timeout: float = 300,
-              cell_timeout: float = 120, jobs: int = 1,
-              progress: bool = True) -> tuple[list[NotebookGrade], list[str]]:
-    """Grade every learner folder against every solution notebook with checks."""
-    for what, value in (("timeout", timeout), ("cell_timeout", cell_timeout)):
+def become_subreaper() -> bool:
+    """Make this process the parent of every orphan among its descendants (Linux), so that
+    a notebook's process that double-forks out of its group is still ours to kill."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0          # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(root: int | None = None) -> list[int]:
+    """Pids of every living descendant of ``root`` (default: this process), from /proc."""
+    root = os.getpid() if root is None else root
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            if fields[0] != b"Z":
+                parent[int(entry)] = int(fields[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    out, frontier = [], [root]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        out += kids
+        frontier += kids
+    return out
+
+
+def own_workers() -> set[int]:
+    """Pids of this process's own helpers: the shared gloo pools of
+    :mod:`labkit.parallel.launch` (a check may have started one while grading)."""
+    launch = sys.modules.get("labkit.parallel.launch")
+    pools = getattr(launch, "_POOLS", {}) if launch else {}
+    return {p.pid for pool in list(pools.values()) for p in pool.procs if p.pid}
+
+
+def reap_leftovers(keep: set[int] = frozenset()) -> int:
+    """Kill every descendant still alive (a learner's background process) except ``keep``
+    (those that were there before grading began) and this process's own worker pools;
+    their count. Killing and reaping a pool's worker would leave ``multiprocessing``
+    believing it alive, and the next job would wait for it forever."""
+    spare = set(keep) | own_workers()
+    spare |= {d for w in spare for d in descendants(w)}
+    pids = [p for p in descendants() if p not in spare]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for pid in pids:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    return len(pids)
+
+
+def installed_files() -> dict[str, tuple[int, int]]:
+    """(size, mtime) of every file of labkit and of the installed packages: a submission
+    that rewrites one of them while it is graded is caught by comparing before and after."""
+    roots = {Path(__file__).resolve().parents[1], Path(sysconfig.get_paths()["purelib"])}
+    out: dict[str, tuple[int, int]] = {}
+    for root in roots:
+        for dirpath, _, files in os.walk(root):
+            if "__pycache__" in dirpath:
+                continue
+            for f in files:
+                if f.endswith((".pyc", ".pyo")):
+                    continue
+                full = os.path.join(dirpath, f)
+                try:
+                    st = os.stat(full)
+                except OSError:
+                    continue
+                out[full] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def changed_files(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
+                  ) -> list[str]:
+    return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+
+
+class GradingCompromised(RuntimeError):
+    """labkit or an installed package changed on disk while submissions were graded."""
+
+
+@dataclass
+class GradingRun:
+    grades: list[NotebookGrade]
+    notes: list[str]
+    seed: int
+    files: dict[str, dict[str, Path]]        # every learner found -> notebook -> file
+    seconds: float = 0.0
+    intake: object = None                    # keeps LMS files staged until close()
+
+    def close(self) -> None:
+        if self.intake is not None:
+            self.intake.close()
+
+
+def grade_class(submissions: Path, assignment: Assignment, *, timeout: float = 300,
+                cell_timeout: float = 120, jobs: int = 1, progress: bool = True,
+                seed: int | None = None, exercise_timeout: float = 120.0, config=None,
+                learners: Sequence[str] = ()) -> GradingRun:
+    """Grade every learner found in ``submissions`` (:mod:`labkit.grade.intake`: folders,
+    an LMS bulk download or a zip) against every notebook of ``assignment``; points and the
+    late policy from ``config`` (:mod:`labkit.grade.config`); only ``learners`` if given.
+
+    ``seed`` picks every check's inputs (None: one drawn now, the same for every learner
+    of this run, and recorded in each grade)."""
+    config = config or GradingConfig()
+    for what, value in (("timeout", timeout), ("cell_timeout", cell_timeout),
+                        ("exercise_timeout", exercise_timeout)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not math.isfinite(value) or value <= 0:
             raise ValueError(f"{what} must be a positive, finite number of seconds, got {value!r}")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
-    learners, notes = find_learners(submissions)
-    work = [(learner, folder / name, name) for learner, folder in learners.items()
-            for name in assignment.exercises]
-    from tqdm.auto import tqdm
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
+                             or not 0 <= seed < 2 ** 63):
+        raise ValueError(f"seed must be an integer in [0, 2**63), got {seed!r}")
+    seed = secrets.randbelow(2 ** 31) if seed is None else seed
+    found = _intake.collect(Path(submissions), assignment.solutions)
+    try:
+        people = found.learners
+        if learners:
+            unknown = [n for n in learners if n not in people]
+            if unknown:
+                raise ValueError(f"--learners: no submissions from {', '.join(unknown)} "
+                                 f"(found: {', '.join(sorted(people)) or 'none'})")
+            people = {n: people[n] for n in learners}
+        notes = list(found.notes)
+        work = [(who, who.files.get(name), name) for who in people.values()
+                for name in assignment.exercises]
+        become_subreaper()
+        already = set(descendants())
+        before = installed_files()
+        bar = tqdm(total=len(work), desc="grading", unit="notebook", disable=not progress)
+        compromised: list[str] = []
 
-    bar = tqdm(total=len(work), desc="grading", unit="notebook", disable=not progress)
+        def one(item) -> NotebookGrade:
+            who, path, name = item
+            result = grade_notebook(who.name, path, name, assignment, timeout=timeout,
+                                    cell_timeout=cell_timeout, seed=seed,
+                                    exercise_timeout=exercise_timeout)
+            result.student_id = who.student_id
+            if name in who.submitted_at:
+                result.submitted_at = who.submitted_at[name].isoformat(timespec="seconds")
+            result.notes[:0] = [n for n in who.notes if n.startswith(f"{name}:")]
+            result.apply_points(config, config.due_of(name))
+            if jobs == 1:
+                changed = changed_files(before, installed_files())
+                if changed and not compromised:
+                    compromised.append(f"{who.name}/{name} changed {', '.join(changed[:5])}")
+            bar.update()
+            return result
 
-    def one(item: tuple[str, Path, str]) -> NotebookGrade:
-        result = grade_notebook(*item, assignment, timeout=timeout, cell_timeout=cell_timeout)
-        bar.update()
-        return result
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            grades = list(pool.map(one, work))
+        bar.close()
+        for who in people.values():
+            notes += [f"{who.name}: {n}" for n in who.notes if not any(
+                n.startswith(f"{nb}:") for nb in assignment.exercises)]
+        left = reap_leftovers(keep=already)
+        if left:
+            notes.append(f"killed {left} process(es) that submissions left running")
+        changed = changed_files(before, installed_files())
+        if changed:
+            who = compromised[0] if compromised else "a submission (grade with --jobs 1 to tell which)"
+            raise GradingCompromised(
+                f"files of labkit or of the installed packages changed while grading: "
+                f"{', '.join(changed[:5])}{' …' if len(changed) > 5 else ''}; first seen after "
+                f"{who}. Reinstall (make clean-venv, git checkout labkit) and grade again.")
+        files = {who.name: dict(who.files) for who in found.learners.values()}
+        return GradingRun(grades, notes, seed, files, time.perf_counter() - start, found)
+    except BaseException:
+        found.close()
+        raise
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        grades = list(pool.map(one, work))
-    bar.close()
-    return grades, notes
+
+def grade_all(submissions: Path, assignment: Assignment, *, timeout: float = 300,
+              cell_timeout: float = 120, jobs: int = 1, progress: bool = True,
+              seed: int | None = None, exercise_timeout: float = 120.0
+              ) -> tuple[list[NotebookGrade], list[str]]:
+    """:func:`grade_class` without a config: its grades and notes."""
+    run = grade_class(submissions, assignment, timeout=timeout, cell_timeout=cell_timeout,
+                      jobs=jobs, progress=progress, seed=seed, exercise_timeout=exercise_timeout)
+    run.close()
+    return run.grades, run.notes

@@ -19,7 +19,7 @@ class KernelDied(RuntimeError):
 
 
 def _patch() -> None:
-    from nbval.kernel import RunningKernel
+    from nbval.kernel import RunningKernel  # deferred: nbval
 
     if getattr(RunningKernel.get_message, "__labkit_watchdog__", False):
         return

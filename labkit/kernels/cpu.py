@@ -19,12 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from labkit.timing import benchmark
+
 
 
 @lru_cache(maxsize=None)
 def _compiled():
-    import labkit  # noqa: F401  (simulator selection precedes the numba import)
-    from numba import njit, prange
+    from numba import njit, prange  # deferred: numba
 
     @njit(parallel=True, fastmath=True, cache=True)   # compiled once per machine
     def matmul_blocked(a, b, c, bs):
@@ -133,8 +134,6 @@ def compare_matmul(a: np.ndarray, b: np.ndarray, repeats: int = 5,
                    warmup: int = 1) -> Comparison:
     """:func:`matmul_blocked` vs numpy's ``a @ b`` (BLAS): 2 m n k FLOPs a call; agreement
     to 1e-3 absolute."""
-    from labkit.perf import benchmark
-
     ours = matmul_blocked(a, b)
     agrees = bool(np.allclose(ours, np.asarray(a) @ np.asarray(b), atol=1e-3))
     return Comparison("blocked matmul (numba parallel)",
@@ -148,8 +147,6 @@ def compare_epilogue(x: np.ndarray, residual: np.ndarray, repeats: int = 5,
                      warmup: int = 1) -> Comparison:
     """:func:`epilogue_fused` vs :func:`epilogue_numpy` (five passes with temporaries);
     agreement to 1e-6 absolute."""
-    from labkit.perf import benchmark
-
     agrees = bool(np.allclose(epilogue_fused(x, residual), epilogue_numpy(x, residual),
                               atol=1e-6))
     return Comparison("bias+ReLU+scale+residual (numba parallel, fused)",

@@ -15,11 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from labkit import hardware
+from labkit.kernels.occupancy import occupancy
 from labkit.validate import ceil_div as cdiv
 from labkit.validate import integer, one_of
 
 FLOAT_BYTES = 4
 
+
+
+BLOCKED_2D = dict(bm=64, bn=64, bk=8, tm=4, tn=4)   # tile shapes of 'register2d' by default
 
 @dataclass(frozen=True)
 class MatmulTraffic:
@@ -61,7 +65,6 @@ def matmul_traffic(m: int, n: int, k: int, variant: str, tile: int = 8,
     if variant in ("naive", "coalesced"):
         return MatmulTraffic(m * n * k, m * n * k, m * n, n, m, 0, 0)
     if variant == "register2d":
-        from labkit.kernels.ops import BLOCKED_2D
         p = dict(BLOCKED_2D, **(blocked or {}))
         blocks = cdiv(m, p["bm"]) * cdiv(n, p["bn"])
         phases = cdiv(k, p["bk"])
@@ -179,6 +182,45 @@ def kernel_cost(kernel: str, n: int, gpu: str | None = None) -> KernelCost:
     return KernelCost(kernel, 2.0 * n ** 3, t.global_accesses * b)
 
 
+@dataclass(frozen=True)
+class AttentionBytes:
+    """Global bytes one head's attention requests (float32), and what of it is the N x N
+    scores and probabilities."""
+    n: int
+    d: int
+    variant: str
+    total: int
+    matrix: int        # bytes moved on s and p (standard only)
+    scratch: int = 0   # bytes of global memory s and p occupy (standard: 2 x 4 N^2)
+
+
+def attention_traffic(n: int, d: int, variant: str, rows: int = 8,
+                      tile: int = 8) -> AttentionBytes:
+    """Closed forms for :func:`labkit.kernels.ops.attention` (q, k, v of shape (n, d)).
+
+    standard (FlashAttention's Algorithm 0, three launches): s = q kᵀ by the tiled matmul
+    (:func:`matmul_traffic` with m = n = N, k = d: q and kᵀ read N d ceil(N / tile) times
+    each, s written N² times); the row softmax with a block per row reads s 3 N² times
+    and writes p N² times; o = p v by the tiled matmul reads p N² ceil(d / tile) times, v
+    N d ceil(N / tile) times, writes N d. The N x N part: N² + 3 N² + N² + N² ceil(d /
+    tile). flash (one launch, blocks of ``rows`` query rows, key tiles of ``rows``): q read
+    and o written N d times, k and v read N d ceil(N / rows) times each. The traced
+    sectors equal these bytes / 32 when N, d and the tiles are multiples of 8 (every
+    warp access then covers whole sectors)."""
+    for name, v in (("n", n), ("d", d), ("rows", rows), ("tile", tile)):
+        integer(name, v, low=1)
+    one_of("variant", variant, ("standard", "flash"))
+    b = FLOAT_BYTES
+    if variant == "flash":
+        return AttentionBytes(n, d, variant, b * (2 * n * d + 2 * n * d * cdiv(n, rows)), 0)
+    scores = matmul_traffic(n, n, d, "tiled", tile)
+    pv = matmul_traffic(n, d, n, "tiled", tile)
+    softmax = 4 * n * n
+    matrix = scores.c_writes + softmax + pv.a_reads
+    total = scores.global_accesses + softmax + pv.global_accesses
+    return AttentionBytes(n, d, variant, b * total, b * matrix, 2 * b * n * n)
+
+
 # ---- from requests to time: DRAM with tile reuse, and a ladder model (issue 10, 15) -------
 
 LADDER = ("naive", "coalesced", "tiled", "register", "register2d")
@@ -227,7 +269,6 @@ def dram_bytes(m: int, n: int, k: int, variant: str, gpu: str = "H100",
     swizzle exploit it), blocks drifting out of step, L2 capacity misses when the slices
     of a wave exceed L2, and write-allocate traffic.
     """
-    from labkit.kernels.occupancy import occupancy
     p = _shape(variant, shape)
     bm, bn, threads, smem = _block_tile(variant, p)
     sm = hardware.sm_limits(gpu)

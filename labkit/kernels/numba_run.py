@@ -21,14 +21,15 @@ from typing import Any, Callable
 
 import numpy as np
 
+from labkit._device import on_simulator
 from labkit.hardware import MAX_THREADS_PER_BLOCK
+from labkit.validate import dims
 
 _COMPILED: dict[Callable, Any] = {}
 _LOCK = threading.Lock()
 
 
 def _dims(value: Any, what: str) -> tuple[int, ...]:
-    from labkit.validate import dims
     return dims(what, value)
 
 
@@ -54,7 +55,7 @@ class _SimulatorCuda:
         return _sim_shuffle(value, lambda lane: src_lane)
 
     def __getattr__(self, name: str) -> Any:
-        from numba import cuda
+        from numba import cuda  # deferred: numba
         from numba.cuda.simulator import kernel as sim_kernel
 
         context = sim_kernel._kernel_context
@@ -88,10 +89,7 @@ def _sim_shuffle(value: Any, source: Callable[[int], int]) -> Any:
 def compiled(kernel_fn: Callable) -> Any:
     """``numba.cuda.jit(kernel_fn(numba.cuda))``, compiled once per ``kernel_fn``, with
     ``kernel_fn.jit_options`` where the factory states them (not on the simulator)."""
-    import labkit  # noqa: F401  (selects the simulator before numba is imported)
-    from numba import cuda
-
-    from labkit._device import on_simulator
+    from numba import cuda  # deferred: numba
 
     with _LOCK:
         if kernel_fn not in _COMPILED:
@@ -108,7 +106,7 @@ def run_numba(kernel_fn: Callable, griddim: Any, blockdim: Any, *args: Any) -> N
     Array arguments are numpy arrays; they are copied to the device and, after the kernel
     has finished, every one of them is copied back into the same host array (in place).
     """
-    from numba import cuda
+    from numba import cuda  # deferred: numba
 
     grid, block = _dims(griddim, "griddim"), _dims(blockdim, "blockdim")
     if int(np.prod(block)) > MAX_THREADS_PER_BLOCK:

@@ -7,14 +7,19 @@ kernel with ``runner="trace"`` (labkit's tracer: returns the traces) or ``runner
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from labkit._device import on_simulator
 from labkit.hardware import MAX_THREADS_PER_BLOCK
-from labkit.kernels import library as lib
-from labkit.kernels.tracer import DEFAULT_BUDGET_S, Trace, run_traced
-from labkit.validate import ceil_div, integer, one_of, power_of_two
+from labkit.kernels import library as lib, models
+from labkit.kernels.analysis import summarize, total_sectors, warp_instructions
+from labkit.kernels.models import BLOCKED_2D
+from labkit.kernels.numba_run import run_numba
+from labkit.kernels.trace import GLOBAL, Trace
+from labkit.kernels.tracer import DEFAULT_BUDGET_S, run_traced
+from labkit.validate import array, ceil_div, integer, one_of, power_of_two
 
 RUNNERS = ("trace", "numba")
 
@@ -59,19 +64,17 @@ def launch(kernel_fn: Callable, griddim: Any, blockdim: Any, *args: Any,
            runner: str = "trace", budget_s: float | None = DEFAULT_BUDGET_S) -> Trace | None:
     """Run one kernel with the chosen runner; return its trace (tracer) or None (numba).
 
-    ``budget_s``: the tracer refuses launches it estimates above this many seconds
-    (None: no limit); numba ignores it.
+    ``budget_s`` is accepted for old callers and ignored: the tracer's limits count work
+    (threads, elements, accesses; :func:`labkit.kernels.tracer.run_traced`), not seconds.
     """
     one_of("runner", runner, RUNNERS)
     if runner == "trace":
         return run_traced(kernel_fn, griddim, blockdim, *args, budget_s=budget_s)
-    from labkit.kernels.numba_run import run_numba
     run_numba(kernel_fn, griddim, blockdim, *args)
     return None
 
 
 def _f32(x: Any, what: str, ndim: int | None = None) -> np.ndarray:
-    from labkit.validate import array
     return np.ascontiguousarray(array(what, x, ndim=ndim, dtype=np.float32))
 
 
@@ -201,9 +204,8 @@ def fast_reduction_blocks(n: int, block: int = 256, runner: str = "trace",
     n, block = integer("n", n, low=1), _block(block)
     enough = max(1, ceil_div(n, block * integer("per_thread", per_thread, low=1)))
     if runner == "numba":
-        from labkit._device import on_simulator
         if not on_simulator():
-            from numba import cuda
+            from numba import cuda  # deferred: numba (a real GPU's SM count)
             sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
             return min(enough, sms * integer("per_sm", per_sm, low=1))
     return enough
@@ -225,7 +227,6 @@ def prefix_sum(a: Any, *, runner: str = "trace", block: int = 64) -> Launch:
 
 
 MATMULS = ("naive", "coalesced", "tiled", "register", "register2d")
-BLOCKED_2D = dict(bm=64, bn=64, bk=8, tm=4, tn=4)   # tile shapes of 'register2d' by default
 
 
 def matmul_launch(variant: str, m: int, n: int, tile: int = 8, rows: int = 2,
@@ -312,3 +313,171 @@ def softmax(x: Any, *, variant: str = "online", runner: str = "trace",
                                    runner=runner))
     fn = lib.softmax_rows_naive if variant == "naive" else lib.softmax_rows_online
     return _result(out, launch(fn, cdiv(x.shape[0], block), block, x, out, runner=runner))
+
+
+# ---- attention ---------------------------------------------------------------------------
+
+ATTENTIONS = ("standard", "flash")
+ATTENTION_D = 8          # head dimension of the traced attention (a compile-time size)
+ATTENTION_ROWS = 8       # query (and key) rows per tile of the fused kernel
+
+
+def attention(q: Any, k: Any, v: Any, *, variant: str = "flash", runner: str = "trace",
+              flash: Callable | None = None, rows: int = ATTENTION_ROWS) -> Launch:
+    """softmax(q kᵀ / sqrt(d)) v for one head, q, k, v of shape (N, d) (torch's
+    ``scaled_dot_product_attention`` without a mask).
+
+    ``variant="standard"``: the standard implementation (FlashAttention's Algorithm 0):
+    s = (q / sqrt(d)) kᵀ with :func:`~labkit.kernels.library.matmul_tiled` (8 x 8 tiles;
+    q / sqrt(d) and kᵀ are prepared on the host, N d elements each, not traced), the
+    softmax of each row of s with :func:`~labkit.kernels.library.softmax_rows_block`
+    (32 threads per row, coalesced), o = p v with the tiled matmul again: three launches,
+    the N x N matrices s and p written to and read from global memory. ``"flash"``: one
+    launch of the fused kernel ``flash`` (a ``fn(cuda)`` for blocks of (d, rows) threads,
+    one block per ``rows`` query rows; default
+    :func:`~labkit.kernels.library.attention_flash`)."""
+    q, k, v = _f32(q, "q", 2), _f32(k, "k", 2), _f32(v, "v", 2)
+    if not q.shape == k.shape == v.shape:
+        raise ValueError(f"q, k and v must have one shape (N, d), got {q.shape}, {k.shape} "
+                         f"and {v.shape}")
+    one_of("variant", variant, ATTENTIONS)
+    one_of("runner", runner, RUNNERS)
+    n, d = q.shape
+    if variant == "flash":
+        rows = power_of_two("rows", rows, low=1, high=MAX_THREADS_PER_BLOCK // d)
+        fn = lib.attention_flash(d, rows) if flash is None else flash
+        o = np.zeros_like(q)
+        return _result(o, launch(fn, cdiv(n, rows), (d, rows), q, k, v, o, runner=runner))
+    if flash is not None:
+        raise ValueError("flash is only for variant='flash'")
+    tile = 8
+    s = np.zeros((n, n), dtype=np.float32)
+    qs = np.ascontiguousarray(q / np.float32(np.sqrt(d)))
+    kt = np.ascontiguousarray(k.T)
+    traces = [launch(lib.matmul_tiled(tile), (cdiv(n, tile), cdiv(n, tile)), (tile, tile),
+                     qs, kt, s, runner=runner)]
+    p = np.zeros_like(s)
+    traces.append(launch(lib.softmax_rows_block(32), n, 32, s, p, runner=runner))
+    o = np.zeros_like(q)
+    traces.append(launch(lib.matmul_tiled(tile), (cdiv(d, tile), cdiv(n, tile)),
+                         (tile, tile), p, v, o, runner=runner))
+    return _result(o, *traces)
+
+
+@dataclass(frozen=True)
+class AttentionTraffic:
+    """Traced global-memory traffic of the standard and the fused attention at each
+    sequence length in ``sizes`` (bytes of 32-byte sectors, summed over launches), and the
+    closed forms (:func:`labkit.kernels.models.attention_traffic`) at ``model_sizes``."""
+    sizes: tuple[int, ...]
+    d: int
+    rows: int
+    standard_bytes: tuple[int, ...]
+    flash_bytes: tuple[int, ...]
+    matrix_bytes: tuple[int, ...]     # of the standard one's: traffic on s and p (N x N)
+    model_sizes: tuple[int, ...]
+    model_standard: tuple[int, ...]
+    model_flash: tuple[int, ...]
+    whose: str                        # whose fused kernel was traced
+
+    @property
+    def ratios(self) -> tuple[float, ...]:
+        """standard / fused traced bytes at each size."""
+        return tuple(s / f for s, f in zip(self.standard_bytes, self.flash_bytes))
+
+
+def attention_traffic(sizes: Sequence[int] = (8, 16, 24, 32), *, d: int = ATTENTION_D,
+                      rows: int = ATTENTION_ROWS, flash: Callable | None = None,
+                      whose: str = "labkit's kernel", model_sizes: Sequence[int] = (
+                          8, 32, 128, 512, 2048, 8192), seed: int = 0) -> AttentionTraffic:
+    """Trace both attentions on random q, k, v of shape (N, d) for each N in ``sizes``
+    (``flash``: the fused kernel to trace, default labkit's), check that their outputs
+    agree, and count their global-memory sectors
+    (:func:`labkit.kernels.analysis.total_sectors`); the closed forms at ``model_sizes``."""
+
+    def lengths(name, value, high):
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or not value:
+            raise ValueError(f"{name} must be a non-empty list of sequence lengths, got "
+                             f"{value!r}")
+        return tuple(integer(f"{name}[i]", n, low=1, high=high) for n in value)
+
+    sizes = lengths("sizes", sizes, 64)
+    model_sizes = lengths("model_sizes", model_sizes, 1 << 20)
+    d = power_of_two("d", d, low=1, high=64)
+    rng = np.random.default_rng(seed)
+    std, fused, matrix = [], [], []
+    for n in sizes:
+        q, k, v = (rng.standard_normal((n, d)).astype(np.float32) for _ in range(3))
+        a = attention(q, k, v, variant="standard")
+        b = attention(q, k, v, variant="flash", flash=flash, rows=rows)
+        if not np.allclose(a.value, b.value, rtol=1e-4, atol=1e-5):
+            raise ValueError(f"the fused kernel's output differs from the standard one's at "
+                             f"N = {n} (by up to {np.abs(a.value - b.value).max():.3g})")
+        std.append(32 * sum(total_sectors(t) for t in a.traces))
+        fused.append(32 * sum(total_sectors(t) for t in b.traces))
+        matrix.append(32 * sum(_sectors_on(t, names, GLOBAL) for t, names in zip(
+            a.traces, (("c",), ("x", "out"), ("a",)))))
+    return AttentionTraffic(
+        sizes, d, rows, tuple(std), tuple(fused), tuple(matrix), model_sizes,
+        tuple(models.attention_traffic(n, d, "standard").total for n in model_sizes),
+        tuple(models.attention_traffic(n, d, "flash", rows).total for n in model_sizes), whose)
+
+
+def _sectors_on(trace: Trace, names: tuple[str, ...], space: int) -> int:
+    """Sectors of the warp instructions on the arrays ``names`` of ``space``."""
+
+    wi = warp_instructions(trace, space)
+    ids = [k for k, a in enumerate(trace.arrays) if a.name in names and a.space == space]
+    return int(wi.sectors[np.isin(wi.array, ids)].sum())
+
+
+# ---- several kernels' work side by side ---------------------------------------------------
+
+@dataclass(frozen=True)
+class Work:
+    """The work of one traced launch (whole launch), for tables that compare kernels."""
+    name: str
+    arrays: tuple[np.ndarray, ...]     # the array arguments after the launch
+    total_sectors: int                 # global and local 32-byte sectors
+    sectors_per_request: float         # global
+    shared_reads: int
+    busiest: int                       # memory accesses of the busiest thread
+    simt: float                        # SIMT efficiency, shuffles counted
+    global_atomics: int
+    trace: Trace
+
+
+def work_table(launches: dict, *args: Any) -> list[Work]:
+    """Trace each ``name -> (kernel_fn, griddim, blockdim)`` of ``launches`` on fresh copies
+    of ``args`` and return their :class:`Work`, in order."""
+
+    if not isinstance(launches, dict) or not launches:
+        raise ValueError("launches must map names to (kernel_fn, griddim, blockdim)")
+    rows = []
+    for name, spec in launches.items():
+        if not (isinstance(spec, tuple) and len(spec) == 3 and callable(spec[0])):
+            raise ValueError(f"launches[{name!r}] must be (kernel_fn, griddim, blockdim), "
+                             f"got {spec!r}")
+        fn, grid, block = spec
+        copies = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        trace = run_traced(fn, grid, block, *copies)
+        s = summarize(trace)
+        rows.append(Work(name, tuple(a for a in copies if isinstance(a, np.ndarray)),
+                         s.total_sectors, s.sectors_per_request, s.traffic.shared_reads,
+                         s.busiest_thread_accesses, s.simt_efficiency,
+                         s.traffic.global_atomics, trace))
+    return rows
+
+
+def format_work(rows: Sequence[Work], per: float | None = None, per_what: str = "") -> str:
+    """A table of :func:`work_table`'s rows; ``per`` divides the shared reads (e.g. by the
+    multiply-adds, ``per_what="per multiply-add"``)."""
+    width = max(len(r.name) for r in rows)
+    head = (f"{'kernel':{width}s}  sectors  sectors/request  busiest thread  "
+            f"SIMT  atomics  shared reads" + (f" {per_what}" if per else ""))
+    lines = [head]
+    for r in rows:
+        shared = f"{r.shared_reads / per:.3g}" if per else f"{r.shared_reads}"
+        lines.append(f"{r.name:{width}s}  {r.total_sectors:7d}  {r.sectors_per_request:15.2f}"
+                     f"  {r.busiest:14d}  {r.simt:4.0%}  {r.global_atomics:7d}  {shared}")
+    return "\n".join(lines)

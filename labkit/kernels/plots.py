@@ -5,14 +5,15 @@ from typing import Sequence
 
 import numpy as np
 
+from labkit.hardware import WARP_SIZE, gpu
 from labkit.kernels.analysis import (BANK_BYTES, BANKS, SECTOR_BYTES, element_counts,
                                      element_owner, warp_instructions)
-from labkit.kernels.tracer import GLOBAL, OP_NAMES, READ, SHARED, WARP_SIZE, WRITE, Trace
+from labkit.kernels.trace import GLOBAL, OP_NAMES, READ, SHARED, WRITE, Trace
 from labkit.validate import ceil_div
 
 
 def _plt():
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
     return plt
 
 
@@ -55,7 +56,7 @@ def plot_access_map(trace: Trace, name: str, op: int = WRITE, by: str = "warp",
                          vmin=0, vmax=max(1.0, float(np.nanmax(counts))))
     axes[1].set_title(f"{name}: {OP_NAMES[op]}s per element (max {int(np.nanmax(counts))})")
     fig.colorbar(im1, ax=axes[1], label="accesses")
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # deferred: matplotlib
     two_d = element_owner(trace, name, op, by, space).ndim == 2
     for ax in axes:
         ax.set_xlabel("column" if two_d else "element mod 32")
@@ -272,7 +273,6 @@ def plot_ladder(predictions: Sequence, measured: dict | None = None):
     if measured:
         ax.bar(x + width / 2, [measured.get(p.variant, 0.0) for p in predictions], width,
                label="measured (CUDA events)", color="#d08c60")
-    from labkit.hardware import gpu
     peak = gpu(predictions[0].gpu).peak("fp32") / 1e12
     ax.axhline(peak, color="k", lw=0.8, ls="--", label=f"FP32 peak {peak:g} TFLOP/s")
     ax.set_xticks(x, [p.variant for p in predictions])
@@ -280,5 +280,31 @@ def plot_ladder(predictions: Sequence, measured: dict | None = None):
     ax.set_title(f"matmul ladder on {predictions[0].gpu}: PREDICTED by the model"
                  + (" vs measured" if measured else ""))
     ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def plot_attention_traffic(result):
+    """Global-memory bytes of one head's attention against the sequence length N
+    (log-log): the traced launches (markers: the standard three launches, the fused
+    kernel, and the standard one's traffic on its N x N matrices) and the closed forms
+    (lines) of an :class:`~labkit.kernels.ops.AttentionTraffic`."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.loglog(result.model_sizes, result.model_standard, color="tab:red", lw=1,
+              label="standard (3 launches), closed form")
+    ax.loglog(result.model_sizes, result.model_flash, color="tab:blue", lw=1,
+              label="fused (FlashAttention), closed form")
+    ax.loglog(result.sizes, result.standard_bytes, "o", color="tab:red",
+              label="standard, traced")
+    ax.loglog(result.sizes, result.matrix_bytes, "x", color="tab:red",
+              label="standard, traced: of it on the N x N s and p")
+    ax.loglog(result.sizes, result.flash_bytes, "s", color="tab:blue",
+              label=f"fused, traced ({result.whose})")
+    ax.set_xlabel("sequence length N")
+    ax.set_ylabel("global memory traffic (bytes)")
+    ax.set_title(f"attention, one head, d = {result.d}, tiles of {result.rows} rows")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.2)
     fig.tight_layout()
     return fig

@@ -15,16 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labkit.compress import model as _floats    # the float formats and their rounding
+from labkit import numerics    # the float formats and their rounding
+from labkit.numerics import round_to_float32 as round_to
 
-FORMATS = tuple(_floats.FORMATS)
-UNIT_ROUNDOFF = {name: f.unit_roundoff for name, f in _floats.FORMATS.items()}
-
-
-def round_to(x: np.ndarray, fmt: str) -> np.ndarray:
-    """``x`` as float32, rounded to ``fmt`` (round to nearest even), returned as float32:
-    :func:`labkit.compress.model.round_to` (NaN stays NaN, overflow gives ±inf)."""
-    return _floats.round_to(np.asarray(x, dtype=np.float32), fmt).astype(np.float32)
+FORMATS = tuple(numerics.FORMATS)
+UNIT_ROUNDOFF = {name: f.unit_roundoff for name, f in numerics.FORMATS.items()}
 
 
 def emulated_matmul(a: np.ndarray, b: np.ndarray, inputs: str = "fp16",

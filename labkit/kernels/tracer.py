@@ -1,14 +1,11 @@
 """labkit's tracing executor: run a kernel ``fn(cuda)`` in Python and record every access.
 
 ``run_traced(kernel_fn, griddim, blockdim, *args)`` calls ``kernel_fn(fake)`` with a fake
-``cuda`` module (threadIdx, blockIdx, blockDim, gridDim, grid, shared.array, local.array,
-syncthreads, atomic.add/max/min, shfl_down_sync/shfl_xor_sync/shfl_sync, syncwarp) and
-runs the body once per thread. Array arguments are wrapped so that each read and write of
-global memory and each access to a shared array is recorded with its block, thread, warp,
-lane, flat element index and *site* (the source line that made it). Threads that make
-the same access (site, array, op) for the k-th time form one warp instruction, which is what SIMT
-hardware issues once for the whole warp: the analysis in :mod:`labkit.kernels.analysis`
-groups by it to count 32-byte sectors (coalescing), bank conflicts and active masks.
+``cuda`` module (:class:`~labkit.kernels.traced_cuda.FakeCuda`) and runs the body once per
+thread. Every read and write of global memory, of a shared array and of a local array, and
+every warp shuffle, is recorded in a :class:`~labkit.kernels.trace.Trace` (what a row holds,
+the memory spaces and the barrier epochs: :mod:`labkit.kernels.trace`; which local arrays
+are registers: :mod:`labkit.kernels.traced_cuda`).
 
 Blocks run one after another. Inside a block, a kernel that never synchronizes runs its
 threads one after another; one that calls ``syncthreads`` or a warp primitive runs each
@@ -16,15 +13,26 @@ thread in its own OS thread, all in lockstep between barriers (a thread that has
 longer counts at a barrier, as on Volta and later). Whether a kernel synchronizes is
 guessed from the names its code uses; a barrier reached anyway (through a helper function
 or closure) is detected when it is called: the launch is restarted from the original
-arguments in lockstep, so a wrapped kernel is never run thread after thread.
+arguments in lockstep, so a wrapped kernel is never run thread after thread. A warp
+shuffle or ``syncwarp`` waits for every running lane of the warp (the mask is not read). A
+block whose running threads all wait at barriers that cannot complete (a barrier inside a
+branch some threads skip) raises :class:`~labkit.kernels.trace.Deadlock` at once, naming
+the barriers.
 
-The work is estimated before the bulk of it runs: the first block is timed and the
-estimate is that time x the number of blocks (blocks do about the same work). A launch
-estimated above ``budget_s`` seconds (default 10) raises a ValueError naming the size, the
-estimate and what to use instead (``runner="numba"``, a smaller size), unless
-``budget_s=None``; its inputs may then hold the first block's writes. Launches estimated
-above a few seconds show a tqdm progress bar over blocks. Out-of-bounds indices raise
-:class:`OutOfBounds` naming the thread, where a GPU would read garbage.
+Work budgets, not seconds. A launch is refused *before it runs*, by its size, when it
+launches more than ``max_threads`` threads or its array arguments hold more than
+``max_elements`` elements (:class:`~labkit.kernels.trace.TraceLimitExceeded`, a ValueError
+naming the size, the limit and ``runner="numba"``). While it runs, more than
+``max_accesses`` memory accesses and shuffles, or more than ``max_barrier_waits`` barrier
+waits (syncthreads, syncwarp, shuffles; both counts summed over threads; a wait costs a
+thread switch, the time of tens of accesses) stop it with the same error: a kernel that
+loops forever stops after a fixed amount of work, whatever the machine's load. (A loop
+that touches no memory and no barrier is not counted.) ``None`` lifts a limit. The old
+``budget_s`` keyword is accepted and ignored: no verdict depends on time. Launches that
+take more than a few seconds show a tqdm progress bar over blocks (display only).
+Out-of-bounds indices raise :class:`~labkit.kernels.trace.OutOfBounds` naming the thread,
+where a GPU would read garbage. A stopped launch may leave partial writes in its inputs (a
+refused one never starts).
 """
 from __future__ import annotations
 
@@ -34,108 +42,34 @@ import math
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from labkit.hardware import MAX_THREADS_PER_BLOCK, WARP_SIZE
-from labkit.validate import ceil_div, positive
+from labkit.kernels.trace import (_COLUMNS, _SHUFFLE_COLUMNS, GLOBAL, LOCAL, SHARED,
+                                  ArrayInfo, Trace, TraceLimitExceeded)
+from labkit.kernels.traced_cuda import (FakeCuda, TracedArray, _Aborted, _BlockSync, _Dim3,
+                                        _register_candidates, _register_words,
+                                        uninitialized)
+from labkit.validate import ceil_div, dims, integer, positive
 
-DEFAULT_BUDGET_S = 10.0   # a traced launch estimated above this raises (budget_s=None: off)
-PROGRESS_AFTER_S = 3.0    # launches estimated above this show a progress bar
-GLOBAL, SHARED = 0, 1
-READ, WRITE, ATOMIC = 0, 1, 2
-SPACE_NAMES = {GLOBAL: "global", SHARED: "shared"}
-OP_NAMES = {READ: "read", WRITE: "write", ATOMIC: "atomic"}
+DEFAULT_BUDGET_S = 10.0   # the old wall-clock budget: accepted for callers, ignored
+# Work budgets of one traced launch (None lifts one). The largest launches the course traces
+# (tests, checks, notebooks) start 4096 threads, pass 8192 elements, make 0.5 M accesses (the
+# register-blocked matmul, local arrays counted) and 8192 barrier waits. A kernel that never
+# ends stops at a cap in about ten seconds (measured on 2 cores at load 8: 6 s for 2^21
+# accesses of one thread's loop, 11 s for 2^17 waits of a 256-thread block at syncthreads).
+MAX_THREADS = 1 << 13         # threads it may start (blocks x threads per block)
+MAX_ELEMENTS = 1 << 18        # elements its array arguments may hold, all together
+MAX_ACCESSES = 1 << 21        # memory accesses and shuffles, summed over its threads
+MAX_BARRIER_WAITS = 1 << 17   # waits at syncthreads, syncwarp and shuffles, summed likewise
+PROGRESS_AFTER_S = 3.0    # launches estimated above this show a progress bar (display only)
 _SYNC_NAMES = {"syncthreads", "syncwarp", "shfl_down_sync", "shfl_up_sync", "shfl_xor_sync",
                "shfl_sync", "syncthreads_count", "syncthreads_and", "syncthreads_or"}
-_COLUMNS = ("block", "thread", "space", "op", "array", "index", "site", "occurrence")
-
-
-class OutOfBounds(IndexError):
-    """A thread indexed outside an array (on a GPU: a wrong value or a crash)."""
-
-
-@dataclass(frozen=True)
-class ArrayInfo:
-    """One array the kernel touched: an argument (global) or a shared array of one block."""
-    name: str
-    space: int
-    shape: tuple[int, ...]
-    itemsize: int
-    block: int = -1   # the block that owns a shared array; -1 for global arrays
-
-
-@dataclass
-class Trace:
-    """Every memory access of one launch, as columns (one row per access).
-
-    ``block`` is the linear block index, ``thread`` the linear thread index inside the block
-    (x fastest, then y, then z, as CUDA numbers threads into warps), ``space`` GLOBAL or
-    SHARED, ``op`` READ, WRITE or ATOMIC, ``array`` an index into ``arrays``, ``index`` the
-    flat element index, ``site`` an index into ``sites`` (source line of the access) and
-    ``occurrence`` how many times this thread had already made this access (same site, array
-    and op).
-    """
-    griddim: tuple[int, int, int]
-    blockdim: tuple[int, int, int]
-    arrays: list[ArrayInfo]
-    sites: list[int]                       # source line of each site
-    columns: dict[str, np.ndarray]
-    shuffles: int = 0                      # warp shuffle calls (register traffic)
-    syncs: int = 0                         # syncthreads calls, summed over threads
-
-    @property
-    def threads_per_block(self) -> int:
-        return int(np.prod(self.blockdim))
-
-    @property
-    def n_blocks(self) -> int:
-        return int(np.prod(self.griddim))
-
-    @property
-    def n_threads(self) -> int:
-        """Threads launched: blocks x threads per block."""
-        return self.n_blocks * self.threads_per_block
-
-    @property
-    def n_accesses(self) -> int:
-        return int(self.columns["block"].size)
-
-    def array_id(self, name: str, space: int = GLOBAL) -> list[int]:
-        ids = [k for k, a in enumerate(self.arrays) if a.name == name and a.space == space]
-        if not ids:
-            known = sorted({a.name for a in self.arrays})
-            raise ValueError(f"no array named {name!r} in this trace; arrays: {known}")
-        return ids
-
-    def select(self, *, space: int | None = None, op: int | None = None,
-               name: str | None = None) -> np.ndarray:
-        """Boolean mask of the rows with this space, op and array name (None: any)."""
-        c = self.columns
-        mask = np.ones(self.n_accesses, dtype=bool)
-        if space is not None:
-            mask &= c["space"] == space
-        if op is not None:
-            mask &= c["op"] == op
-        if name is not None:
-            ids = self.array_id(name, SHARED if space == SHARED else GLOBAL)
-            mask &= np.isin(c["array"], ids)
-        return mask
-
-
-class _Dim3:
-    __slots__ = ("x", "y", "z")
-
-    def __init__(self, x: int, y: int, z: int):
-        self.x, self.y, self.z = x, y, z
-
-    def __iter__(self):
-        return iter((self.x, self.y, self.z))
-
-    def __repr__(self) -> str:
-        return f"({self.x}, {self.y}, {self.z})"
+_SHUFFLE_KEY = (-1, -1)   # (array, op) of a shuffle in a thread's occurrence counts
 
 
 @dataclass
@@ -144,235 +78,12 @@ class _ThreadState:
     linear: int
     counts: dict = field(default_factory=dict)
     shared_calls: int = 0
-
-
-class _Barrier:
-    """A barrier for the threads still running: exited threads stop counting."""
-
-    def __init__(self, parties: int):
-        self.live = parties
-        self.arrived = 0
-        self.generation = 0
-        self.cond = threading.Condition()
-        self.error: BaseException | None = None
-
-    def wait(self) -> None:
-        with self.cond:
-            self._raise_if_broken()
-            gen = self.generation
-            self.arrived += 1
-            if self.arrived >= self.live:
-                self._release()
-            else:
-                while gen == self.generation and self.error is None:
-                    if not self.cond.wait(timeout=60):
-                        self.error = RuntimeError("barrier timed out (deadlock?)")
-                        self.cond.notify_all()
-                self._raise_if_broken()
-
-    def leave(self) -> None:
-        with self.cond:
-            self.live -= 1
-            if self.live > 0 and self.arrived >= self.live:
-                self._release()
-
-    def abort(self, error: BaseException) -> None:
-        with self.cond:
-            self.error = error
-            self.cond.notify_all()
-
-    def _release(self) -> None:
-        self.arrived = 0
-        self.generation += 1
-        self.cond.notify_all()
-
-    def _raise_if_broken(self) -> None:
-        if self.error is not None:
-            raise _Aborted() from None
-
-
-class _Aborted(Exception):
-    """Another thread of the block failed; this one stops."""
+    epoch: int = 0         # syncthreads passed
+    warp_epoch: int = 0    # syncthreads and syncwarp passed
 
 
 class _NeedsLockstep(Exception):
     """A barrier was reached while threads run one after another: rerun in lockstep."""
-
-
-class TracedArray:
-    """A numpy array whose element reads and writes are recorded in the trace."""
-
-    __slots__ = ("_data", "_flat", "_id", "_space", "_ex", "shape", "size", "ndim",
-                 "dtype", "_strides")
-
-    def __init__(self, data: np.ndarray, array_id: int, space: int, executor: "_Executor"):
-        self._data = data
-        self._flat = data.reshape(-1)
-        self._id = array_id
-        self._space = space
-        self._ex = executor
-        self.shape = data.shape
-        self.size = data.size
-        self.ndim = data.ndim
-        self.dtype = data.dtype
-        strides = []
-        step = 1
-        for n in reversed(data.shape):
-            strides.append(step)
-            step *= n
-        self._strides = tuple(reversed(strides))
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def _flat_index(self, idx: Any, what: str) -> int:
-        if not isinstance(idx, tuple):
-            idx = (idx,)
-        if len(idx) != self.ndim:
-            raise IndexError(f"{what} uses {len(idx)} indices on a {self.ndim}-D array")
-        flat = 0
-        for i, n, s in zip(idx, self.shape, self._strides):
-            i = int(i)
-            if not 0 <= i < n:
-                ex = self._ex
-                state = ex.state()
-                name = ex.arrays[self._id].name
-                raise OutOfBounds(
-                    f"thread {state.tid} of block {ex.block_idx} {what} {name}"
-                    f"[{', '.join(str(int(j)) for j in idx)}] but {name} has shape "
-                    f"{self.shape}: a missing or wrong bounds guard?")
-            flat += i * s
-        return flat
-
-    def __getitem__(self, idx: Any) -> Any:
-        flat = self._flat_index(idx, "read")
-        self._ex.record(self._space, READ, self._id, flat, sys._getframe(1))
-        return self._flat[flat]
-
-    def __setitem__(self, idx: Any, value: Any) -> None:
-        flat = self._flat_index(idx, "wrote")
-        self._ex.record(self._space, WRITE, self._id, flat, sys._getframe(1))
-        self._flat[flat] = value
-
-    def atomic(self, idx: Any, fn: Callable[[Any, Any], Any], value: Any, frame) -> Any:
-        flat = self._flat_index(idx, "atomically updated")
-        self._ex.record(self._space, ATOMIC, self._id, flat, frame)
-        with self._ex.atomic_lock:
-            old = self._flat[flat]
-            self._flat[flat] = fn(old, value)
-        return old
-
-
-class _Shared:
-    def __init__(self, ex: "_Executor"):
-        self._ex = ex
-
-    def array(self, shape: Any, dtype: Any) -> TracedArray:
-        return self._ex.shared_array(shape, dtype, sys._getframe(1))
-
-
-def uninitialized(shape: Any, dtype: Any) -> np.ndarray:
-    """A new shared or local array. On a GPU these start with whatever the memory held
-    (CUDA C++ Programming Guide: ``__shared__`` variables cannot be initialised in their
-    declaration); here they start poisoned, NaN or a large integer, so a kernel that reads
-    a slot before writing it gets a visibly wrong answer, as it would on a GPU, instead of
-    a lucky zero."""
-    dtype = np.dtype(dtype)
-    if dtype.kind in "fc":
-        return np.full(shape, np.nan, dtype=dtype)
-    if dtype.kind in "iu":
-        return np.full(shape, np.iinfo(dtype).max // 3 + 7, dtype=dtype)
-    return np.zeros(shape, dtype=dtype)
-
-
-class _Local:
-    @staticmethod
-    def array(shape: Any, dtype: Any) -> np.ndarray:
-        return uninitialized(shape, dtype)
-
-
-class _Atomic:
-    def __init__(self, ex: "_Executor"):
-        self._ex = ex
-
-    def add(self, array: TracedArray, idx: Any, value: Any) -> Any:
-        return array.atomic(idx, lambda old, v: old + v, value, sys._getframe(1))
-
-    def max(self, array: TracedArray, idx: Any, value: Any) -> Any:
-        return array.atomic(idx, lambda old, v: max(old, v), value, sys._getframe(1))
-
-    def min(self, array: TracedArray, idx: Any, value: Any) -> Any:
-        return array.atomic(idx, lambda old, v: min(old, v), value, sys._getframe(1))
-
-
-class FakeCuda:
-    """The ``cuda`` a kernel sees under the tracer (the subset of ``numba.cuda`` we use)."""
-
-    float32, float64, int32, int64 = np.float32, np.float64, np.int32, np.int64
-    warpsize = WARP_SIZE
-
-    def __init__(self, ex: "_Executor"):
-        self._ex = ex
-        self.shared = _Shared(ex)
-        self.local = _Local()
-        self.atomic = _Atomic(ex)
-
-    @property
-    def threadIdx(self) -> _Dim3:  # noqa: N802 (CUDA's name)
-        return self._ex.state().tid
-
-    @property
-    def blockIdx(self) -> _Dim3:  # noqa: N802
-        return self._ex.block_idx
-
-    @property
-    def blockDim(self) -> _Dim3:  # noqa: N802
-        return self._ex.block_dim
-
-    @property
-    def gridDim(self) -> _Dim3:  # noqa: N802
-        return self._ex.grid_dim
-
-    @property
-    def laneid(self) -> int:
-        return self._ex.state().linear % WARP_SIZE
-
-    def grid(self, ndim: int):
-        t, b, d = self.threadIdx, self._ex.block_idx, self._ex.block_dim
-        x = b.x * d.x + t.x
-        if ndim == 1:
-            return x
-        y = b.y * d.y + t.y
-        if ndim == 2:
-            return x, y
-        return x, y, b.z * d.z + t.z
-
-    def gridsize(self, ndim: int):
-        g, d = self._ex.grid_dim, self._ex.block_dim
-        sizes = (g.x * d.x, g.y * d.y, g.z * d.z)
-        return sizes[0] if ndim == 1 else sizes[:ndim]
-
-    def syncthreads(self) -> None:
-        self._ex.syncthreads()
-
-    def syncwarp(self, mask: int = 0xFFFFFFFF) -> None:
-        self._ex.warp_exchange(None)
-
-    def shfl_down_sync(self, mask: int, value: Any, delta: int) -> Any:
-        return self._ex.shuffle(value, lambda lane: lane + delta)
-
-    def shfl_up_sync(self, mask: int, value: Any, delta: int) -> Any:
-        return self._ex.shuffle(value, lambda lane: lane - delta)
-
-    def shfl_xor_sync(self, mask: int, value: Any, lane_mask: int) -> Any:
-        return self._ex.shuffle(value, lambda lane: lane ^ lane_mask)
-
-    def shfl_sync(self, mask: int, value: Any, src_lane: int) -> Any:
-        return self._ex.shuffle(value, lambda lane: src_lane)
-
-    @staticmethod
-    def fma(a: Any, b: Any, c: Any) -> Any:
-        return a * b + c
 
 
 def _needs_lockstep(fn: Callable) -> bool:
@@ -400,15 +111,37 @@ def _assigned_name(frame) -> str | None:
 
 
 def _as_dim3(value: Any, what: str) -> tuple[int, int, int]:
-    from labkit.validate import dims
     out = dims(what, value)
     return out + (1,) * (3 - len(out))  # type: ignore[return-value]
 
 
+def _limit(name: str, value: Any) -> int | None:
+    return None if value is None else integer(name, value, low=1)
+
+
+def _site_order(key: tuple[Any, int]) -> tuple:
+    code, line = key
+    return (code.co_filename, code.co_firstlineno, code.co_name, line)
+
+
+_INSTEAD = ("use runner='numba' (compiled, or Numba's CUDA simulator: values, no trace) or "
+            "a smaller size")
+
+
 class _Executor:
-    def __init__(self, kernel_fn: Callable, griddim: Any, blockdim: Any, args: tuple,
-                 budget_s: float | None = DEFAULT_BUDGET_S):
-        self.budget_s = None if budget_s is None else positive("budget_s", budget_s)
+    def __init__(self, kernel_fn: Callable, griddim: Any, blockdim: Any, args: tuple, *,
+                 max_threads: int | None = MAX_THREADS,
+                 max_elements: int | None = MAX_ELEMENTS,
+                 max_accesses: int | None = MAX_ACCESSES,
+                 max_barrier_waits: int | None = MAX_BARRIER_WAITS,
+                 budget_s: float | None = None):
+        if budget_s is not None:      # accepted for old callers; time decides nothing
+            positive("budget_s", budget_s)
+        self.max_threads = _limit("max_threads", max_threads)
+        self.max_elements = _limit("max_elements", max_elements)
+        self.max_accesses = _limit("max_accesses", max_accesses)
+        self.access_cap = sys.maxsize if max_accesses is None else self.max_accesses
+        self.max_barrier_waits = _limit("max_barrier_waits", max_barrier_waits)
         self.grid = _as_dim3(griddim, "griddim")
         self.block = _as_dim3(blockdim, "blockdim")
         if math.prod(self.block) > MAX_THREADS_PER_BLOCK:
@@ -422,12 +155,7 @@ class _Executor:
         self.atomic_lock = threading.Lock()
         self.count_lock = threading.Lock()  # site ids and counters shared by threads
         self.arrays: list[ArrayInfo] = []
-        self.site_ids: dict[tuple[Any, int], int] = {}
-        self.site_lines: list[int] = []
-        self.rows: list[tuple] = []
-        self.shared_by_call: dict[int, TracedArray] = {}
-        self.shuffles = 0
-        self.syncs = 0
+        self._reset()
         self.body = kernel_fn(FakeCuda(self))
         if not callable(self.body):
             raise ValueError("kernel_fn(cuda) must return the kernel body (a function)")
@@ -447,31 +175,97 @@ class _Executor:
                 self.args.append(TracedArray(arg, len(self.arrays) - 1, GLOBAL, self))
             else:
                 self.args.append(arg)
+        self.n_global = len(self.arrays)
+        self._refuse_by_size()
         self.lockstep = _needs_lockstep(self.body)
+        self.register_lines = _register_candidates(self.body.__code__)
+
+    def _reset(self) -> None:
+        del self.arrays[getattr(self, "n_global", 0):]
+        self.site_ids: dict[tuple[Any, int], int] = {}
+        self.site_keys: list[tuple[Any, int]] = []
+        self.rows: list[tuple] = []
+        self.shuffle_rows: list[tuple] = []
+        self.shared_by_call: dict[int, TracedArray] = {}
+        self.local_ids: dict[tuple[Any, int], int] = {}
+        self.syncs = self.syncwarps = 0
+        self.barrier_waits = 0
+
+    def _refuse_by_size(self) -> None:
+        n_blocks, per_block = math.prod(self.grid), math.prod(self.block)
+        threads = n_blocks * per_block
+        if self.max_threads is not None and threads > self.max_threads:
+            raise TraceLimitExceeded(
+                f"this launch is too big to trace: {n_blocks} blocks x {per_block} threads "
+                f"= {threads} threads, over the tracer's limit of {self.max_threads} "
+                f"(max_threads): {_INSTEAD}")
+        sizes = [(self.arrays[a._id].name, a.size) for a in self.args
+                 if isinstance(a, TracedArray)]
+        elements = sum(n for _, n in sizes)
+        if self.max_elements is not None and elements > self.max_elements:
+            each = ", ".join(f"{name} {n}" for name, n in sizes)
+            raise TraceLimitExceeded(
+                f"this launch is too big to trace: its arrays hold {elements} elements "
+                f"({each}), over the tracer's limit of {self.max_elements} (max_elements): "
+                f"{_INSTEAD}")
 
     # -- per-thread state ------------------------------------------------------------
     def state(self) -> _ThreadState:
         return self.local.state
 
-    def record(self, space: int, op: int, array_id: int, flat: int, frame) -> None:
+    def _site(self, frame) -> int:
         # A site is a source line (bytecode offsets move under 3.11's specialization);
         # the k-th access of one array with one op on that line is the same instruction.
         key = (frame.f_code, frame.f_lineno)
         site = self.site_ids.get(key)
+        return self._new_site(key) if site is None else site
+
+    def _new_site(self, key: tuple[Any, int]) -> int:
+        # lockstep threads reach a new line together: one id per line, not per thread
+        with self.count_lock:
+            site = self.site_ids.get(key)
+            if site is None:
+                site = len(self.site_keys)
+                self.site_keys.append(key)
+                self.site_ids[key] = site
+        return site
+
+    def _count_work(self) -> None:
+        """Stop the launch once it has recorded more than ``max_accesses`` accesses and
+        shuffles, or waited more than ``max_barrier_waits`` times. The counts only grow
+        and are exact at the end of each block, so whether a launch is stopped depends on
+        its total work, never on how its threads were scheduled."""
+        for cap, done, what in (
+                (self.max_accesses, len(self.rows) + len(self.shuffle_rows),
+                 "memory accesses and shuffles (max_accesses)"),
+                (self.max_barrier_waits, self.barrier_waits,
+                 "barrier waits: syncthreads, syncwarp and shuffles (max_barrier_waits)")):
+            if cap is not None and done > cap:
+                raise TraceLimitExceeded(
+                    f"this launch did more work than the tracer allows: over {cap} {what}, "
+                    f"each of one thread, by block {self.block_idx}: a loop that never "
+                    f"ends, or far more work than the task needs? For big launches "
+                    f"{_INSTEAD}")
+
+    def _count_barrier(self) -> None:
+        with self.count_lock:
+            self.barrier_waits += 1
+        self._count_work()
+
+    def record(self, space: int, op: int, array_id: int, flat: int, frame) -> None:
+        key = (frame.f_code, frame.f_lineno)       # the hot path: _site and _count_work
+        site = self.site_ids.get(key)
         if site is None:
-            # lockstep threads reach a new line together: one id per line, not per thread
-            with self.count_lock:
-                site = self.site_ids.get(key)
-                if site is None:
-                    site = len(self.site_lines)
-                    self.site_lines.append(frame.f_lineno)
-                    self.site_ids[key] = site
+            site = self._new_site(key)
         state = self.local.state
         ckey = (site, array_id, op)
         occ = state.counts.get(ckey, 0)
         state.counts[ckey] = occ + 1
-        self.rows.append((self.block_linear, state.linear, space, op, array_id, flat,
-                          site, occ))
+        rows = self.rows
+        rows.append((self.block_linear, state.linear, space, op, array_id, flat,
+                     site, occ, state.epoch, state.warp_epoch))
+        if len(rows) + len(self.shuffle_rows) > self.access_cap:
+            self._count_work()
 
     def shared_array(self, shape: Any, dtype: Any, frame) -> TracedArray:
         state = self.state()
@@ -487,30 +281,62 @@ class _Executor:
                                                         self)
             return self.shared_by_call[call]
 
+    def local_array(self, shape: Any, dtype: Any, frame) -> TracedArray:
+        """A new local array for this thread; one ArrayInfo per call site."""
+        data = uninitialized(shape, dtype)
+        key = (frame.f_code, frame.f_lineno)
+        with self.atomic_lock:
+            array_id = self.local_ids.get(key)
+            if array_id is None:
+                name = _assigned_name(frame) or f"local{len(self.local_ids)}"
+                self.arrays.append(ArrayInfo(name, LOCAL, data.shape, data.itemsize))
+                array_id = self.local_ids[key] = len(self.arrays) - 1
+        return TracedArray(data, array_id, LOCAL, self)
+
     # -- synchronization -------------------------------------------------------------
     def syncthreads(self) -> None:
         if not self.lockstep:
             raise _NeedsLockstep()
         with self.count_lock:
             self.syncs += 1
-        self.barrier.wait()
+        self._count_barrier()
+        self.sync.wait(self.sync.threads, self.state().linear)
+        state = self.state()
+        state.epoch += 1
+        state.warp_epoch += 1
+
+    def syncwarp(self) -> None:
+        if not self.lockstep:
+            raise _NeedsLockstep()
+        self._count_barrier()
+        self.warp_exchange(None)
+        with self.count_lock:
+            self.syncwarps += 1
+        self.state().warp_epoch += 1
 
     def warp_exchange(self, value: Any) -> list:
         if not self.lockstep:
             raise _NeedsLockstep()
         state = self.state()
         warp = state.linear // WARP_SIZE
-        buf, barrier = self.warp_bufs[warp], self.warp_barriers[warp]
+        buf, barrier = self.warp_bufs[warp], self.sync.warps[warp]
         buf[state.linear % WARP_SIZE] = value
-        barrier.wait()
+        self.sync.wait(barrier, state.linear)
         snapshot = list(buf)
-        barrier.wait()
+        self.sync.wait(barrier, state.linear)
         return snapshot
 
-    def shuffle(self, value: Any, source: Callable[[int], int]) -> Any:
-        with self.count_lock:
-            self.shuffles += 1
-        lane = self.state().linear % WARP_SIZE
+    def shuffle(self, value: Any, source: Callable[[int], int], frame) -> Any:
+        if not self.lockstep:
+            raise _NeedsLockstep()
+        site = self._site(frame)
+        state = self.state()
+        ckey = (site, *_SHUFFLE_KEY)
+        occ = state.counts.get(ckey, 0)
+        state.counts[ckey] = occ + 1
+        self.shuffle_rows.append((self.block_linear, state.linear, site, occ))
+        self._count_barrier()
+        lane = state.linear % WARP_SIZE
         values = self.warp_exchange(value)
         src = source(lane)
         if 0 <= src < WARP_SIZE and values[src] is not None:
@@ -533,10 +359,7 @@ class _Executor:
             # a barrier reached through a helper: restore the inputs, start over in lockstep
             for a, data in zip((a for a in self.args if isinstance(a, TracedArray)), saved):
                 a._data[...] = data
-            n_global = sum(isinstance(a, TracedArray) for a in self.args)
-            del self.arrays[n_global:]
-            self.site_ids, self.site_lines, self.rows = {}, [], []
-            self.shuffles = self.syncs = 0
+            self._reset()
             self.lockstep = True
             return self._run_once()
 
@@ -546,65 +369,84 @@ class _Executor:
         order = [(bx, by, bz) for bz in range(gz) for by in range(gy) for bx in range(gx)]
         bar = None
         start = time.perf_counter()
+        self.thread_syncs = np.zeros((n_blocks, math.prod(self.block)), dtype=np.int64)
         for done, (bx, by, bz) in enumerate(order):
             self.block_idx = _Dim3(bx, by, bz)
             self.block_linear = bx + by * gx + bz * gx * gy
             self.shared_by_call = {}
             if self.lockstep:
-                self._run_block_threads()
+                states = self._run_block_threads()
             else:
-                for state in self._thread_states():
+                states = self._thread_states()
+                for state in states:
                     self.local.state = state
                     self.body(*self.args)
+            self.thread_syncs[self.block_linear] = [state.epoch for state in states]
+            self._count_work()            # exact here: no thread of the block runs
             if done == 0 and n_blocks > 1:
-                first = time.perf_counter() - start
-                estimate = first * n_blocks
-                if self.budget_s is not None and estimate > self.budget_s:
-                    raise ValueError(
-                        f"tracing this launch ({n_blocks} blocks x "
-                        f"{math.prod(self.block)} threads) would take about "
-                        f"{estimate:.0f} s (its first block took {first:.2f} s), over "
-                        f"budget_s={self.budget_s:g}: use runner='numba' (compiled, or "
-                        "Numba's CUDA simulator) or a smaller size, or pass "
-                        "budget_s=None to trace it anyway")
-                if estimate > PROGRESS_AFTER_S:
-                    from tqdm.auto import tqdm
+                # display only: whether a bar is shown never changes the trace or a verdict
+                if (time.perf_counter() - start) * n_blocks > PROGRESS_AFTER_S:
                     bar = tqdm(total=n_blocks, initial=1, desc="tracing blocks",
                                leave=False)
             elif bar is not None:
                 bar.update(1)
         if bar is not None:
             bar.close()
-        rows = np.array(self.rows, dtype=np.int64).reshape(-1, len(_COLUMNS))
-        columns = {name: rows[:, k].copy() for k, name in enumerate(_COLUMNS)}
-        return Trace(self.grid, self.block, self.arrays, self.site_lines, columns,
-                     self.shuffles, self.syncs)
+        return self._trace()
 
-    def _run_block_threads(self) -> None:
+    def _trace(self) -> Trace:
+        """The trace in canonical order: sites by source position, local arrays by call
+        site, rows by (block, thread) in each thread's program order. Lockstep threads
+        append rows and meet new sites in whatever order the OS runs them; this order
+        does not depend on it (a thread's own rows are appended in its program order)."""
+        order = sorted(range(len(self.site_keys)), key=lambda k: _site_order(self.site_keys[k]))
+        site_map = np.empty(len(order), dtype=np.int64)
+        site_map[order] = np.arange(len(order))
+        local_sites = {array_id: key for key, array_id in self.local_ids.items()}
+        keep = [k for k in range(len(self.arrays)) if k not in local_sites]
+        keep += sorted(local_sites, key=lambda k: _site_order(local_sites[k]))
+        array_map = np.empty(len(keep), dtype=np.int64)
+        array_map[keep] = np.arange(len(keep))
+        # constant-indexed local arrays of the body live in registers if they all fit
+        regs = [k for k, (code, line) in local_sites.items()
+                if code is self.body.__code__ and line in self.register_lines]
+        words = sum(ceil_div(math.prod(self.arrays[k].shape) * self.arrays[k].itemsize, 4)
+                    for k in regs)
+        arrays = [replace(self.arrays[k], registers=True)
+                  if k in regs and words <= _register_words() else self.arrays[k]
+                  for k in keep]
+        sites = [self.site_keys[k][1] for k in order]
+
+        def table(rows: list[tuple], names: tuple[str, ...]) -> dict[str, np.ndarray]:
+            data = np.array(rows, dtype=np.int64).reshape(-1, len(names))
+            data = data[np.lexsort((data[:, 1], data[:, 0]))]   # stable: program order kept
+            cols = {name: data[:, k].copy() for k, name in enumerate(names)}
+            if cols["site"].size:
+                cols["site"] = site_map[cols["site"]]
+            if "array" in cols and cols["array"].size:
+                cols["array"] = array_map[cols["array"]]
+            return cols
+
+        return Trace(self.grid, self.block, arrays, sites, table(self.rows, _COLUMNS),
+                     len(self.shuffle_rows), self.syncs, self.syncwarps,
+                     table(self.shuffle_rows, _SHUFFLE_COLUMNS), self.thread_syncs)
+
+    def _run_block_threads(self) -> list[_ThreadState]:
         states = self._thread_states()
         n = len(states)
-        self.barrier = _Barrier(n)
-        n_warps = ceil_div(n, WARP_SIZE)
-        self.warp_barriers = [_Barrier(min(WARP_SIZE, n - w * WARP_SIZE))
-                              for w in range(n_warps)]
-        self.warp_bufs = [[None] * WARP_SIZE for _ in range(n_warps)]
-        errors: list[BaseException] = []
+        self.sync = sync = _BlockSync(n, self.block_idx)
+        self.warp_bufs = [[None] * WARP_SIZE for _ in range(len(sync.warps))]
 
         def target(state: _ThreadState) -> None:
             self.local.state = state
-            warp_barrier = self.warp_barriers[state.linear // WARP_SIZE]
             try:
                 self.body(*self.args)
             except _Aborted:
                 pass
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-                errors.append(exc)
-                self.barrier.abort(exc)
-                for b in self.warp_barriers:
-                    b.abort(exc)
+                sync.abort(exc)
             finally:
-                self.barrier.leave()
-                warp_barrier.leave()
+                sync.leave(state.linear)
 
         threads = [threading.Thread(target=target, args=(s,), daemon=True) for s in states]
         old = sys.getswitchinterval()
@@ -616,17 +458,29 @@ class _Executor:
                 t.join()
         finally:
             sys.setswitchinterval(old)
-        if errors:
-            raise errors[0]
+        if sync.error is not None:
+            raise sync.error
+        return states
 
 
 def run_traced(kernel_fn: Callable, griddim: Any, blockdim: Any, *args: Any,
-               budget_s: float | None = DEFAULT_BUDGET_S) -> Trace:
+               max_threads: int | None = MAX_THREADS,
+               max_elements: int | None = MAX_ELEMENTS,
+               max_accesses: int | None = MAX_ACCESSES,
+               max_barrier_waits: int | None = MAX_BARRIER_WAITS,
+               budget_s: float | None = None) -> Trace:
     """Run ``kernel_fn(cuda)`` on ``griddim`` x ``blockdim`` threads and return its trace.
 
     Array arguments (C-contiguous numpy arrays) are updated in place, as after a launch
-    followed by a copy back to the host; scalars are passed through. The first block is
-    timed; if all blocks would take more than ``budget_s`` seconds a ValueError says so
-    (``budget_s=None``: no limit).
+    followed by a copy back to the host; scalars are passed through. Work budgets, never
+    seconds: a launch of more than ``max_threads`` threads, or whose arrays hold more than
+    ``max_elements`` elements, is refused before it runs, and one that records more than
+    ``max_accesses`` memory accesses and shuffles or waits at barriers (syncthreads,
+    syncwarp, shuffles) more than ``max_barrier_waits`` times (each count summed over
+    threads) is stopped, each with a :class:`TraceLimitExceeded` (a ValueError) that names
+    the size and the limit; None lifts a limit. ``budget_s`` (the old wall-clock budget) is
+    accepted and ignored.
     """
-    return _Executor(kernel_fn, griddim, blockdim, args, budget_s).run()
+    return _Executor(kernel_fn, griddim, blockdim, args, max_threads=max_threads,
+                     max_elements=max_elements, max_accesses=max_accesses,
+                     max_barrier_waits=max_barrier_waits, budget_s=budget_s).run()

@@ -5,9 +5,10 @@ Pure Python and numpy here; torch is imported only by :mod:`labkit.memory.record
 :mod:`labkit.memory.measure`, matplotlib by :mod:`labkit.memory.plots`.
 """
 from labkit.memory.allocator import (  # noqa: F401
-    Block, BlockInfo, CachingAllocator, MemoryStats, OutOfMemoryError, SegmentInfo,
-    allocation_size, pool_of, round_size, roundup_power2_next_division, should_split,
+    CachingAllocator, OutOfMemoryError, allocation_size, pool_of, round_size,
+    roundup_power2_next_division, should_split,
 )
+from labkit.memory.blocks import Block  # noqa: F401
 from labkit.memory.config import AllocatorConfig, make_config, parse_alloc_conf  # noqa: F401
 from labkit.memory.constants import (  # noqa: F401
     K_LARGE_BUFFER, K_MIN_BLOCK_SIZE, K_MIN_LARGE_ALLOC, K_ROUND_LARGE, K_SMALL_BUFFER,
@@ -18,6 +19,7 @@ from labkit.memory.estimator import (  # noqa: F401
     checkpoint_memory_units, mlp_saved_bytes, model_state_bytes, sqrt_checkpoint_segments,
     training_memory,
 )
+from labkit.memory.snapshot import BlockInfo, MemoryStats, SegmentInfo  # noqa: F401
 from labkit.memory.trace import (  # noqa: F401
-    Snapshot, Timeline, Trace, load_snapshot, replay, save_snapshot, snapshot_dict,
+    MemoryTimeline, MemoryTrace, Snapshot, load_snapshot, replay, save_snapshot, snapshot_dict,
 )

@@ -23,10 +23,9 @@ stream (no CUDA events, graphs or private pools):
   :class:`OutOfMemoryError`, whose message says how much memory is reserved but unusable.
 * ``empty_cache``: releases every cached segment that is not split (with expandable
   segments: unmaps every whole free page).
-* Expandable segments (Note [Expandable Segments]): one growing segment per pool; pages of
-  2 MiB (small pool) or 20 MiB (large pool) are mapped at the lowest address that fits.
-  Mapping pages adds to ``reserved_bytes`` but never to the ``segment`` count (``map_block``
-  updates only ``reserved_bytes``), so ``memory_stats()`` reports 0 segments for them.
+* Expandable segments (Note [Expandable Segments]; :mod:`labkit.memory.expandable`): one
+  growing segment per pool; pages of 2 MiB (small pool) or 20 MiB (large pool) are mapped at
+  the lowest address that fits.
 * ``set_memory_fraction`` (``torch.cuda.set_per_process_memory_fraction``): a new segment
   fails once reserved + its size would exceed fraction x capacity. With it set,
   ``garbage_collection_threshold`` t makes every miss first release whole cached large
@@ -34,22 +33,31 @@ stream (no CUDA events, graphs or private pools):
   least the average, oldest first by rounds, until reserved <= t x allowed
   (``garbage_collect_cached_blocks``).
 
-Statistics mean what they mean in ``torch.cuda.memory_stats()``: ``allocated_bytes`` is the
-sum of the (rounded) sizes of the blocks handed out, ``requested_bytes`` the sum of the
-sizes asked for, ``reserved_bytes`` the memory held from the device (segments, or mapped
-pages of expandable segments).
+A *core* (:mod:`labkit.memory.core`) replaces the three rules that decide where a request
+goes — the best-fit lookup, the split rule and the merge on free — by plain functions
+(``CachingAllocator(core=allocator_core(best_fit=mine))``); everything else (rounding,
+pools, segments, statistics, release, expandable pages) stays the allocator's. With
+expandable segments the allocator moves the core's best fit along PyTorch's extra rule (a
+free block before the unmapped tail counts with the size it can expand to) and applies the
+oversize rules itself, as ``get_free_block`` does after that step.
+
+Statistics mean what they mean in ``torch.cuda.memory_stats()`` (:mod:`labkit.memory.snapshot`).
 """
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass
 
 from labkit import validate
+from labkit.memory.blocks import Block, DeviceSegment, Pool
 from labkit.memory.config import NO_LIMIT, AllocatorConfig, make_config, parse_alloc_conf
 from labkit.memory.constants import (
     K_LARGE_BUFFER, K_MIN_BLOCK_SIZE, K_MIN_LARGE_ALLOC, K_ROUND_LARGE, K_SMALL_BUFFER,
-    K_SMALL_SIZE, LARGE_PAGE, SEGMENT_ALIGN, SMALL_PAGE, format_size,
+    K_SMALL_SIZE, SEGMENT_ALIGN, format_size,
 )
+from labkit.memory.core import AllocatorCore, best_fit_taken, merge_taken, split_taken
+from labkit.memory.expandable import ExpandableSegments
+from labkit.memory.snapshot import AllocatorSnapshot
 
 
 @dataclass(eq=False, repr=False)     # an exception: compared by identity, repr as usual
@@ -137,124 +145,28 @@ def should_split(block_size: int, rounded_size: int, *, small: bool,
     return rounded_size < max_split_size and remaining > K_SMALL_SIZE
 
 
-# ---- data ---------------------------------------------------------------------------
-
-class Block:
-    """A piece of a segment: handed out (``allocated``), cached free, or unmapped."""
-    __slots__ = ("addr", "size", "requested", "allocated", "prev", "next", "pool", "seg",
-                 "mapped", "owner", "gc_base")
-
-    def __init__(self, addr, size, pool, seg, owner, mapped=True):
-        self.addr = addr
-        self.size = size
-        self.requested = 0
-        self.allocated = False
-        self.prev = None
-        self.next = None
-        self.pool = pool
-        self.seg = seg
-        self.mapped = mapped
-        self.owner = owner
-        self.gc_base = 0            # the pool's get_free_block count when cached
-
-    def is_split(self) -> bool:
-        return self.prev is not None or self.next is not None
-
-    def __repr__(self) -> str:
-        state = "allocated" if self.allocated else ("free" if self.mapped else "unmapped")
-        return (f"Block(addr=0x{self.addr:x}, size={self.size}, requested={self.requested}, "
-                f"{state})")
-
-
-class _Pool:
-    __slots__ = ("small", "keys", "unmapped", "page", "free_calls")
-
-    def __init__(self, small: bool):
-        self.small = small
-        self.free_calls = 0                     # get_free_blocks_call_count (gc only)
-        self.keys: list[tuple[int, int]] = []   # free mapped blocks, sorted (size, addr)
-        self.unmapped: list[int] = []           # addresses of unmapped blocks, sorted
-        self.page = SMALL_PAGE if small else LARGE_PAGE
-
-
-@dataclass(slots=True, eq=False)
-class _Segment:
-    base: int
-    size: int
-    pool: _Pool
-    expandable: bool
-
-
-@dataclass(frozen=True)
-class BlockInfo:
-    address: int
-    size: int
-    requested_size: int
-    state: str          # "active_allocated" | "inactive" | "unmapped" (snapshot names)
-
-
-@dataclass(frozen=True)
-class SegmentInfo:
-    address: int
-    total_size: int
-    segment_type: str   # "small" | "large"
-    is_expandable: bool
-    blocks: tuple[BlockInfo, ...]
-
-    @property
-    def allocated_size(self) -> int:
-        return sum(b.size for b in self.blocks if b.state == "active_allocated")
-
-    @property
-    def requested_size(self) -> int:
-        return sum(b.requested_size for b in self.blocks if b.state == "active_allocated")
-
-
-@dataclass(frozen=True)
-class MemoryStats:
-    """``torch.cuda.memory_stats()`` in short: current and peak bytes, counts."""
-    allocated_bytes: int
-    reserved_bytes: int
-    requested_bytes: int
-    peak_allocated_bytes: int
-    peak_reserved_bytes: int
-    peak_requested_bytes: int
-    num_allocations: int
-    num_segments: int
-    inactive_split_bytes: int     # cached free bytes inside split segments
-    largest_free_block: int
-    num_alloc_retries: int
-    num_ooms: int
-    num_device_alloc: int
-    num_device_free: int
-    by_pool: dict = field(default_factory=dict)
-    device_segments: int = 0      # cudaMalloc'd segments: torch's segment.all.current
-
-
-    @property
-    def cached_free_bytes(self) -> int:
-        """Reserved but not allocated: what ``empty_cache`` might give back."""
-        return self.reserved_bytes - self.allocated_bytes
-
-    @property
-    def fragmentation(self) -> float:
-        """1 - allocated / reserved (0 when nothing is reserved)."""
-        return 0.0 if self.reserved_bytes == 0 else 1.0 - self.allocated_bytes / self.reserved_bytes
-
-
 # ---- the allocator --------------------------------------------------------------------
 
-class CachingAllocator:
+class CachingAllocator(ExpandableSegments, AllocatorSnapshot):
     """PyTorch's caching allocator on one simulated device.
 
     ``capacity`` (bytes, None = unlimited) is the device memory; options are PyTorch's
-    ``PYTORCH_CUDA_ALLOC_CONF`` keys, as keywords or as a string in ``conf``.
+    ``PYTORCH_CUDA_ALLOC_CONF`` keys, as keywords or as a string in ``conf``. The memory it
+    holds is data of :mod:`labkit.memory.blocks`; its expandable segments' methods are
+    :class:`~labkit.memory.expandable.ExpandableSegments`', and ``segments()``,
+    ``stats()``, ``memory_stats()`` and ``check_invariants()`` are
+    :class:`~labkit.memory.snapshot.AllocatorSnapshot`'s.
     """
 
     def __init__(self, capacity: int | None = None, *, max_split_size_mb: int | None = None,
                  roundup_power2_divisions=None, expandable_segments: bool = False,
                  max_non_split_rounding_mb: int | None = None,
-                 garbage_collection_threshold: float | None = None, conf: str | None = None):
+                 garbage_collection_threshold: float | None = None, conf: str | None = None,
+                 core: AllocatorCore | None = None):
+        if core is not None and not isinstance(core, AllocatorCore):
+            raise TypeError(f"core must be an AllocatorCore (labkit.memory.core."
+                            f"allocator_core(...)), got {type(core).__name__}")
+        self.core = core
         options = dict(max_split_size_mb=max_split_size_mb,
                        roundup_power2_divisions=roundup_power2_divisions,
                        expandable_segments=expandable_segments,
@@ -271,11 +183,10 @@ class CachingAllocator:
         # Best fit breaks ties between equal-size free blocks by address, and the driver's
         # addresses do not rise with time, so replaying real ones reproduces real ties.
         self.segment_addresses = None
-        self._pools = (_Pool(True), _Pool(False))
+        self._pools = (Pool(True), Pool(False))
         self._blocks_at: dict[int, Block] = {}
-        self._segments: dict[int, _Segment] = {}
+        self._segments: dict[int, DeviceSegment] = {}
         self._next_addr = 1 << 32
-        self._expandable: dict[bool, _Segment] = {}
         self.allocated = self.reserved = self.requested = 0
         self.peak_allocated = self.peak_reserved = self.peak_requested = 0
         self.num_allocations = 0
@@ -313,7 +224,11 @@ class CachingAllocator:
             size = -(-nbytes // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
         small = size <= K_SMALL_SIZE
         pool = self._pools[0] if small else self._pools[1]
-        block = self._get_free_block(pool, size)
+        core = self.core
+        if core is None:
+            block = self._get_free_block(pool, size)
+        else:
+            block = self._core_free_block(pool, size)
         if block is None:
             if self._gc_enabled:
                 self._garbage_collect_cached_blocks()
@@ -328,7 +243,9 @@ class CachingAllocator:
             if block is None:
                 self._raise_oom(nbytes, size, alloc_size)
         remaining = block.size - size
-        if small or self.config.expandable_segments:
+        if core is not None:
+            split = self._core_should_split(block.size, size, small)
+        elif small or self.config.expandable_segments:
             split = remaining >= K_MIN_BLOCK_SIZE
         else:
             split = size < self.config.max_split_size and remaining > K_SMALL_SIZE
@@ -370,6 +287,10 @@ class CachingAllocator:
         self.requested -= block.requested
         block.requested = 0
         pool = block.pool
+        if self.core is not None:
+            self._core_merge(block)
+            self._cache(pool, block)
+            return
         prev, nxt = block.prev, block.next
         if prev is not None and not prev.allocated and prev.mapped == block.mapped:
             self._merge(block, prev, pool)
@@ -386,123 +307,14 @@ class CachingAllocator:
         self.peak_reserved = self.reserved
         self.peak_requested = self.requested
 
-    def stats(self) -> MemoryStats:
-        segments = self.segments()
-        inactive_split = largest = 0
-        by_pool = {"small": {"allocated_bytes": 0, "reserved_bytes": 0, "segments": 0},
-                   "large": {"allocated_bytes": 0, "reserved_bytes": 0, "segments": 0}}
-        for seg in segments:
-            p = by_pool[seg.segment_type]
-            p["reserved_bytes"] += seg.total_size
-            p["allocated_bytes"] += seg.allocated_size
-            p["segments"] += 0 if seg.is_expandable else 1
-            split = len(seg.blocks) > 1
-            for b in seg.blocks:
-                if b.state == "inactive":
-                    largest = max(largest, b.size)
-                    if split and not seg.is_expandable:
-                        inactive_split += b.size
-        return MemoryStats(
-            allocated_bytes=self.allocated, reserved_bytes=self.reserved,
-            requested_bytes=self.requested, peak_allocated_bytes=self.peak_allocated,
-            peak_reserved_bytes=self.peak_reserved, peak_requested_bytes=self.peak_requested,
-            num_allocations=self.num_allocations, num_segments=len(segments),
-            inactive_split_bytes=inactive_split, largest_free_block=largest,
-            num_alloc_retries=self.num_alloc_retries, num_ooms=self.num_ooms,
-            num_device_alloc=self.num_device_alloc, num_device_free=self.num_device_free,
-            by_pool=by_pool,
-            device_segments=sum(p["segments"] for p in by_pool.values()))
-
-    def memory_stats(self) -> dict[str, int]:
-        """A subset of ``torch.cuda.memory_stats()`` with PyTorch's key names."""
-        s = self.stats()
-        out = {
-            "allocated_bytes.all.current": s.allocated_bytes,
-            "allocated_bytes.all.peak": s.peak_allocated_bytes,
-            "reserved_bytes.all.current": s.reserved_bytes,
-            "reserved_bytes.all.peak": s.peak_reserved_bytes,
-            "requested_bytes.all.current": s.requested_bytes,
-            "requested_bytes.all.peak": s.peak_requested_bytes,
-            "allocation.all.current": s.num_allocations,
-            "segment.all.current": s.device_segments,
-            "inactive_split_bytes.all.current": s.inactive_split_bytes,
-            "num_alloc_retries": s.num_alloc_retries,
-            "num_ooms": s.num_ooms,
-            "num_device_alloc": s.num_device_alloc,
-            "num_device_free": s.num_device_free,
-        }
-        for name, p in s.by_pool.items():
-            out[f"allocated_bytes.{name}_pool.current"] = p["allocated_bytes"]
-            out[f"reserved_bytes.{name}_pool.current"] = p["reserved_bytes"]
-            out[f"segment.{name}_pool.current"] = p["segments"]
-        return out
-
-    def segments(self) -> list[SegmentInfo]:
-        """The segment/block map, sorted by address (like ``torch.cuda.memory_snapshot()``).
-
-        An expandable segment is listed as one segment per contiguous mapped range.
-        """
-        out = []
-        for seg in sorted(self._segments.values(), key=lambda s: s.base):
-            b = self._blocks_at[seg.base]
-            kind = "small" if seg.pool.small else "large"
-            run: list[BlockInfo] = []
-            while b is not None:
-                if b.mapped:
-                    run.append(BlockInfo(b.addr, b.size, b.requested,
-                                         "active_allocated" if b.allocated else "inactive"))
-                elif run:
-                    out.append(_segment_info(run, kind, seg.expandable))
-                    run = []
-                b = b.next
-            if run:
-                out.append(_segment_info(run, kind, seg.expandable))
-        return out
-
-    def check_invariants(self) -> None:
-        """Assert the bookkeeping is consistent (used by property tests)."""
-        alloc = req = reserved = 0
-        free_keys = {0: [], 1: []}
-        for seg in self._segments.values():
-            b = self._blocks_at[seg.base]
-            assert b.prev is None, "segment head has a predecessor"
-            end = seg.base
-            while b is not None:
-                assert b.addr == end, f"gap or overlap at 0x{b.addr:x}"
-                assert self._blocks_at[b.addr] is b
-                assert b.size > 0
-                if b.allocated:
-                    alloc += b.size
-                    req += b.requested
-                    assert b.mapped
-                elif b.mapped:
-                    free_keys[0 if b.pool.small else 1].append((b.size, b.addr))
-                    nb = b.next
-                    assert nb is None or nb.allocated or not nb.mapped, "unmerged free blocks"
-                if b.mapped:
-                    reserved += b.size
-                end = b.addr + b.size
-                if b.next is not None:
-                    assert b.next.prev is b
-                b = b.next
-            assert end == seg.base + seg.size, "blocks do not cover the segment"
-        assert alloc == self.allocated, (alloc, self.allocated)
-        assert req == self.requested, (req, self.requested)
-        assert reserved == self.reserved, (reserved, self.reserved)
-        for i, pool in enumerate(self._pools):
-            assert pool.keys == sorted(free_keys[i]), "free lists out of sync"
-        assert self.peak_allocated >= self.allocated and self.peak_reserved >= self.reserved
-        if self.capacity is not None:
-            assert self.reserved <= self.capacity
-
     # -- internals (names follow the C++ source) -------------------------------------------
 
-    def _cache(self, pool: _Pool, block: Block) -> None:
+    def _cache(self, pool: Pool, block: Block) -> None:
         """insert_into_blocks: cache a free block and remember when (its gc age base)."""
         block.gc_base = pool.free_calls
         insort(pool.keys, (block.size, block.addr))
 
-    def _get_free_block(self, pool: _Pool, size: int) -> Block | None:
+    def _get_free_block(self, pool: Pool, size: int) -> Block | None:
         if self._gc_enabled:
             pool.free_calls += 1
         keys = pool.keys
@@ -525,7 +337,76 @@ class CachingAllocator:
         del keys[i]
         return self._blocks_at[baddr]
 
-    def _alloc_block(self, pool: _Pool, size: int, alloc_size: int) -> Block | None:
+    # -- a core's rules (labkit.memory.core): plain data in, checked on the way out --------
+
+    def _core_free_block(self, pool: Pool, size: int) -> Block | None:
+        """get_free_block with the core's best fit over the pool's free list."""
+        if self._gc_enabled:
+            pool.free_calls += 1
+        keys = pool.keys
+        if not keys:
+            return None
+        cfg = self.config
+        expandable = cfg.expandable_segments
+        free = sorted((addr, bsize) for bsize, addr in keys)
+        ms = NO_LIMIT if expandable else cfg.max_split_size
+        addr = self.core.best_fit(free, size, ms, cfg.max_non_split_rounding_size)
+        if best_fit_taken(free, size, addr) is None:     # (free: this pool's cached blocks)
+            return None
+        block = self._blocks_at[addr]
+        i = bisect_left(keys, (block.size, addr))
+        if expandable:
+            def expandable_size(key):
+                b = self._blocks_at[key[1]]
+                return b.size + (b.next.size if b.next is not None and not b.next.mapped else 0)
+            while i + 1 < len(keys) and expandable_size(keys[i + 1]) < expandable_size(keys[i]):
+                i += 1
+            bsize = keys[i][0]
+            if size < cfg.max_split_size <= bsize:
+                return None
+            if size >= cfg.max_split_size and bsize >= size + cfg.max_non_split_rounding_size:
+                return None
+        bsize, baddr = keys.pop(i)
+        return self._blocks_at[baddr]
+
+    def _core_should_split(self, block_size: int, size: int, small: bool) -> bool:
+        cfg = self.config
+        return split_taken(self.core.should_split(
+            block_size, size, bool(small or cfg.expandable_segments), cfg.max_split_size))
+
+    def _neighbours(self, block: Block) -> tuple[Block | None, Block | None]:
+        """The mapped blocks whose memory touches ``block``: its segment's prev/next, or, at a
+        segment's edge, the last/first block of a segment placed right next to it."""
+        before, after = block.prev, block.next
+        end = block.addr + block.size
+        if before is None or after is None:
+            for seg in self._segments.values():
+                if seg is block.seg:
+                    continue
+                if before is None and seg.base + seg.size == block.addr:
+                    b = self._blocks_at[seg.base]
+                    while b.next is not None:
+                        b = b.next
+                    before = b
+                if after is None and seg.base == end:
+                    after = self._blocks_at[seg.base]
+        return (before if before is not None and before.mapped else None,
+                after if after is not None and after.mapped else None)
+
+    def _core_merge(self, block: Block) -> None:
+        """free_block with the core's merge: it names the free block that results."""
+        before, after = self._neighbours(block)
+
+        def info(b):
+            return None if b is None else {"addr": b.addr, "size": b.size,
+                                           "segment": b.seg.base, "free": not b.allocated}
+        shown = {"addr": block.addr, "size": block.size, "segment": block.seg.base}
+        got = self.core.merge(dict(shown), info(before), info(after))
+        _, _, absorbed = merge_taken(shown, info(before), info(after), got)
+        for name in absorbed:
+            self._merge(block, before if name == "before" else after, block.pool)
+
+    def _alloc_block(self, pool: Pool, size: int, alloc_size: int) -> Block | None:
         if (self.allowed_memory_maximum is not None
                 and self.reserved + alloc_size > self.allowed_memory_maximum):
             return None
@@ -537,7 +418,7 @@ class CachingAllocator:
         if addr is None:
             addr = self._next_addr
             self._next_addr += -(-alloc_size // SEGMENT_ALIGN) * SEGMENT_ALIGN
-        seg = _Segment(addr, alloc_size, pool, False)
+        seg = DeviceSegment(addr, alloc_size, pool, False)
         self._segments[addr] = seg
         block = Block(addr, alloc_size, pool, seg, self)
         self._blocks_at[addr] = block
@@ -547,7 +428,7 @@ class CachingAllocator:
         self.num_device_alloc += 1
         return block
 
-    def _merge(self, dst: Block, src: Block, pool: _Pool) -> None:
+    def _merge(self, dst: Block, src: Block, pool: Pool) -> None:
         """try_merge_blocks: ``dst`` absorbs its free neighbour ``src``."""
         if src.mapped:
             keys = pool.keys
@@ -577,7 +458,7 @@ class CachingAllocator:
         self.reserved -= block.size
         self.num_device_free += 1
 
-    def _release_available_cached_blocks(self, pool: _Pool, size: int) -> bool:
+    def _release_available_cached_blocks(self, pool: Pool, size: int) -> bool:
         """Free cached oversize blocks (only with max_split_size set)."""
         ms = self.config.max_split_size
         if ms == NO_LIMIT or self.config.expandable_segments:
@@ -657,116 +538,3 @@ class CachingAllocator:
             device_free=device_free, allocated=self.allocated, reserved=self.reserved,
             largest_free_block=largest)
 
-    # -- expandable segments ---------------------------------------------------------------
-
-    def _new_expandable_segment(self, pool: _Pool) -> Block:
-        page = pool.page
-        space = (self.capacity if self.capacity is not None else 1 << 40)
-        space = space + space // 8   # "1 1/8 the total memory on the GPU"
-        space = -(-space // page) * page
-        addr = -(-self._next_addr // page) * page
-        self._next_addr = addr + space
-        seg = _Segment(addr, space, pool, True)
-        self._segments[addr] = seg
-        block = Block(addr, space, pool, seg, self, mapped=False)
-        self._blocks_at[addr] = block
-        insort(pool.unmapped, addr)
-        return block
-
-    def _find_expandable_block(self, pool: _Pool, size: int) -> Block:
-        def available(b):
-            total = 0
-            while total < size and b is not None and not b.allocated:
-                total += b.size
-                b = b.next
-            return total >= size
-        for addr in pool.unmapped:
-            c = self._blocks_at[addr]
-            if c.prev is not None and not c.prev.allocated:
-                c = c.prev
-            if available(c):
-                return c
-        return self._new_expandable_segment(pool)
-
-    def _map_block(self, to_map: Block, size: int) -> bool:
-        pool = to_map.pool
-        mapped = min(-(-size // pool.page) * pool.page, to_map.size)
-        if self.capacity is not None and self.reserved + mapped > self.capacity:
-            return False
-        del pool.unmapped[bisect_left(pool.unmapped, to_map.addr)]
-        to_map.mapped = True
-        if mapped < to_map.size:
-            rest = Block(to_map.addr + mapped, to_map.size - mapped, pool, to_map.seg, self,
-                         mapped=False)
-            rest.prev, rest.next = to_map, to_map.next
-            if to_map.next is not None:
-                to_map.next.prev = rest
-            to_map.next = rest
-            self._blocks_at[rest.addr] = rest
-            insort(pool.unmapped, rest.addr)
-            to_map.size = mapped
-        for nb in (to_map.prev, to_map.next):
-            if nb is not None and not nb.allocated and nb.mapped:
-                self._merge(to_map, nb, pool)
-        self._cache(pool, to_map)
-        self.reserved += mapped
-        if self.reserved > self.peak_reserved:
-            self.peak_reserved = self.reserved
-        self.num_device_alloc += 1
-        return True
-
-    def _try_allocate_expandable_block(self, pool: _Pool, size: int) -> Block | None:
-        c = self._find_expandable_block(pool, size)
-        if not c.mapped and not self._map_block(c, min(c.size, size)):
-            return None
-        while c.size < size:
-            nc = c.next
-            if not self._map_block(nc, min(size - c.size, nc.size)):
-                return None
-            c = nc
-        keys = pool.keys
-        del keys[bisect_left(keys, (c.size, c.addr))]
-        return c
-
-    def _unmap_block(self, block: Block) -> None:
-        pool, seg, page = block.pool, block.seg, block.pool.page
-        start, end = block.addr, block.addr + block.size
-        ustart = seg.base + -(-(start - seg.base) // page) * page
-        uend = seg.base + ((end - seg.base) // page) * page
-        if uend <= ustart:
-            return
-        keys = pool.keys
-        del keys[bisect_left(keys, (block.size, block.addr))]
-        del self._blocks_at[block.addr]
-        if ustart > start:
-            before = Block(start, ustart - start, pool, seg, self)
-            before.prev, before.next = block.prev, block
-            if block.prev is not None:
-                block.prev.next = before
-            block.prev = before
-            self._blocks_at[start] = before
-            self._cache(pool, before)
-        if end > uend:
-            after = Block(uend, end - uend, pool, seg, self)
-            after.prev, after.next = block, block.next
-            if block.next is not None:
-                block.next.prev = after
-            block.next = after
-            self._blocks_at[uend] = after
-            self._cache(pool, after)
-        block.addr, block.size, block.mapped = ustart, uend - ustart, False
-        self._blocks_at[ustart] = block
-        for nb in (block.prev, block.next):
-            if nb is not None and not nb.allocated and not nb.mapped:
-                self._merge(block, nb, pool)
-        insort(pool.unmapped, block.addr)
-        self.reserved -= uend - ustart
-        self.num_device_free += 1
-        if block.prev is None and block.next is None:   # release_expandable_segment
-            del pool.unmapped[bisect_left(pool.unmapped, block.addr)]
-            del self._blocks_at[block.addr]
-            del self._segments[seg.base]
-
-
-def _segment_info(run: list[BlockInfo], kind: str, expandable: bool) -> SegmentInfo:
-    return SegmentInfo(run[0].address, sum(b.size for b in run), kind, expandable, tuple(run))

@@ -14,6 +14,7 @@ test); the labkit side and the comparison logic are tested on the CPU.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -122,7 +123,7 @@ def replay_torch(ops, *, fraction: float | None = None) -> tuple[list[dict], lis
 
     Returns the stats after each op and the addresses of the segments cudaMalloc gave, in
     order (``torch.cuda.memory._record_memory_history``'s ``segment_alloc`` entries)."""
-    import torch
+    import torch  # deferred: torch
 
     torch.cuda.memory._record_memory_history(max_entries=1_000_000)
     if fraction is not None:
@@ -201,14 +202,12 @@ def report(seed: int = 0, n: int = 300) -> list[Fidelity]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--fraction", type=float, default=None)
     a = parser.parse_args(argv)
-    import torch
+    import torch  # deferred: torch
 
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)

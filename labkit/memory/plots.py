@@ -13,7 +13,7 @@ STATE_COLORS = {"active_allocated": "#d62728", "inactive": "#c7e9c0"}
 
 def plot_timeline(timeline, title: str = "Memory timeline (replayed)"):
     """Allocated, requested and reserved bytes after each event, phases shaded."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
 
     fig, ax = plt.subplots(figsize=(9, 3.6))
     x = np.arange(timeline.n_events)
@@ -46,7 +46,7 @@ def plot_timeline(timeline, title: str = "Memory timeline (replayed)"):
 def plot_segment_map(segments, title: str = "Segment map", ax=None):
     """One bar per segment; blocks drawn to scale: red = allocated, green = cached free,
     the hatched part of a red block = rounding waste (size - requested)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
 
     if ax is None:
         fig, ax = plt.subplots(figsize=(9, 0.5 + 0.45 * max(1, len(segments))))
@@ -76,7 +76,7 @@ def plot_segment_map(segments, title: str = "Segment map", ax=None):
 def plot_walkthrough(steps):
     """One segment map per step of :func:`labkit.memory.scenarios.request_walkthrough`,
     stacked top to bottom, each titled with its action."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
 
     if not steps:
         raise ValueError("steps must hold at least one step of request_walkthrough()")
@@ -88,7 +88,7 @@ def plot_walkthrough(steps):
 
 def plot_model_state(breakdown: dict, title: str = "Memory per GPU"):
     """Stacked bar of a {name: bytes} budget in GiB."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
 
     fig, ax = plt.subplots(figsize=(6, 3.2))
     left = 0.0
@@ -106,7 +106,7 @@ def plot_model_state(breakdown: dict, title: str = "Memory per GPU"):
 
 def plot_checkpointing(results, title: str = "Activation checkpointing, measured"):
     """Peak memory and time against the number of checkpoint segments."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
 
     fig, ax = plt.subplots(figsize=(6, 3.2))
     ks = [r.segments for r in results]
@@ -124,12 +124,33 @@ def plot_checkpointing(results, title: str = "Activation checkpointing, measured
 
 def plot_recompute_activations(values: dict, title: str = "Activations per layer"):
     """Bars of activation bytes per layer, one per recompute strategy ({name: bytes})."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
 
     fig, ax = plt.subplots(figsize=(6, 3))
     colors = ["#d62728", "#ff7f0e", "#2ca02c", "#1f77b4"]
     ax.bar(list(values), [v / MiB for v in values.values()], color=colors[:len(values)])
     ax.set_ylabel("MiB per layer")
     ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_kv_cache(result, title: str = "KV cache: tokens stored and slots reserved"):
+    """Token slots over the stream (:class:`labkit.memory.paged.KVResult`): stored, reserved
+    by paging, reserved contiguously; the gaps between the lines are the waste."""
+    import matplotlib.pyplot as plt  # deferred: matplotlib
+
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    x = np.arange(len(result.tokens))
+    ax.fill_between(x, result.contiguous, step="post", color="#dddddd",
+                    label=f"contiguous, max_len {result.max_len} "
+                          f"({result.contiguous_waste:.0%} empty)")
+    ax.step(x, result.paged, where="post", color="#1f77b4",
+            label=f"paged, {result.block_tokens} tokens/block ({result.paged_waste:.1%} empty)")
+    ax.step(x, result.tokens, where="post", color="#d62728", lw=0.8, label="tokens stored")
+    ax.set_xlabel("event")
+    ax.set_ylabel("token slots")
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     return fig

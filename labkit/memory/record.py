@@ -2,24 +2,26 @@
 
 ``torch.profiler.profile(profile_memory=True)`` reports every allocation and free of
 PyTorch's CPU allocator as a ``[memory]`` event with its address and byte count (negative
-for frees). :func:`record_torch_trace` turns those into a :class:`~labkit.memory.trace.Trace`
+for frees). :func:`record_torch_trace` turns those into a :class:`~labkit.memory.trace.MemoryTrace`
 and labels each allocation with the innermost operator that made it and the phase
 (``record_function`` region such as ``forward``/``backward``/``optimizer``) around it.
 """
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import os
 import sys
 import tempfile
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Callable
 
 import numpy as np
 
+from labkit.memory.trace import MemoryTrace
 from labkit.validate import integer
-from labkit.memory.trace import Trace
 
 PHASES = ("setup", "forward", "backward", "optimizer", "zero_grad")
 
@@ -40,9 +42,9 @@ def _c_stderr_silenced():
         os.close(devnull)
 
 
-def record_torch_trace(fn: Callable[[], object]) -> Trace:
+def record_torch_trace(fn: Callable[[], object]) -> MemoryTrace:
     """Run ``fn()`` under the profiler and return its CPU allocation trace."""
-    import torch
+    import torch  # deferred: torch
     from torch.profiler import ProfilerActivity, profile
 
     with _c_stderr_silenced(), profile(activities=[ProfilerActivity.CPU],
@@ -60,17 +62,20 @@ def record_torch_trace(fn: Callable[[], object]) -> Trace:
     return _trace_from_chrome_events(events)
 
 
-def _trace_from_chrome_events(events: list[dict]) -> Trace:
-    ops = sorted(((e["ts"], e["ts"] + e.get("dur", 0), e["name"], e.get("tid"),
-                   e.get("cat", "")) for e in events if e.get("ph") == "X"),
-                 key=lambda t: (t[0], -t[1]))
+def _trace_from_chrome_events(events: list[dict]) -> MemoryTrace:
+    # Comprehensions and C key functions, no generators or lambdas: a check measures a
+    # learner's function with this under a profile hook, which pays for every Python call.
+    ops = [(e["ts"], -(e["ts"] + e.get("dur", 0)), e["name"], e.get("tid"), e.get("cat", ""))
+           for e in events if e.get("ph") == "X"]
+    ops.sort(key=itemgetter(0, 1))
+    ops = [(s, -neg_end, name, tid, cat) for s, neg_end, name, tid, cat in ops]
     regions = [(s, e, name) for s, e, name, _, cat in ops
                if cat == "user_annotation" and name in PHASES]
-    mem = sorted((e for e in events if e.get("name") == "[memory]"
-                  and e.get("args", {}).get("Device Type", 0) == 0), key=lambda e: e["ts"])
+    mem = [e for e in events if e.get("name") == "[memory]"
+           and e.get("args", {}).get("Device Type", 0) == 0]
+    mem.sort(key=itemgetter("ts"))
     kinds, addrs, sizes, labels, phases = [], [], [], [], []
     starts = [o[0] for o in ops]
-    import bisect
     for e in mem:
         nbytes = int(e["args"]["Bytes"])
         if nbytes == 0:
@@ -96,8 +101,13 @@ def _trace_from_chrome_events(events: list[dict]) -> Trace:
                     label = name
                 j -= 1
         labels.append(label)
-        phases.append(next((name for s, end, name in regions if s <= ts <= end), ""))
-    return Trace(np.array(kinds, dtype=np.int8), np.array(addrs, dtype=np.int64),
+        phase = ""
+        for s, end, name in regions:
+            if s <= ts <= end:
+                phase = name
+                break
+        phases.append(phase)
+    return MemoryTrace(np.array(kinds, dtype=np.int8), np.array(addrs, dtype=np.int64),
                  np.array(sizes, dtype=np.int64), tuple(labels), tuple(phases))
 
 
@@ -127,10 +137,10 @@ class StepSpec:
         return sum(a * b + b for a, b in zip(self.widths[:-1], self.widths[1:]))
 
 
-def record_training_step(spec: StepSpec = StepSpec(), *, include_setup: bool = True) -> Trace:
-    """Trace of building an MLP and Adam (``setup``) and ``spec.steps`` training steps,
+def record_training_step(spec: StepSpec = StepSpec(), *, include_setup: bool = True) -> MemoryTrace:
+    """MemoryTrace of building an MLP and Adam (``setup``) and ``spec.steps`` training steps,
     each with ``forward``, ``backward``, ``optimizer`` and ``zero_grad`` phases."""
-    import torch
+    import torch  # deferred: torch
     from torch.profiler import record_function
 
     torch.manual_seed(spec.seed)

@@ -7,7 +7,10 @@
 * :func:`compare_block_activations` — Korthikanti et al. (2022) §4.1 term by term against
   the bytes torch saves for :func:`labkit.memory.measure.make_transformer_block`, and the
   difference explained by :func:`labkit.memory.measure.transformer_extra_terms`.
-* :func:`checkpoint_table` — measured checkpointing runs relative to the run without it.
+* :func:`checkpoint_table` — measured checkpointing runs relative to the run without it,
+  beside the k + n/k model (Chen et al., 2016) for n blocks.
+* :func:`format_agreement` — a core's replay of a trace against labkit's allocator
+  (:func:`labkit.memory.core_replay.core_agreement`).
 
 torch is imported only by :func:`compare_block_activations` (through ``measure``).
 """
@@ -15,9 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from labkit.memory import measure
 from labkit.memory.constants import format_size
 from labkit.memory.estimator import (
-    OPTIMIZERS, PRECISIONS, activation_bytes_per_layer, activation_terms, model_state_bytes,
+    OPTIMIZERS, PRECISIONS, activation_bytes_per_layer, activation_terms,
+    checkpoint_memory_units, model_state_bytes,
 )
 from labkit.memory.measure import ExtraTerms
 from labkit.validate import integer
@@ -49,6 +54,29 @@ def format_model_states(rows: list[StateRow]) -> str:
                      f"{r.total / 1e9:.2f} GB" for r in rows)
 
 
+def format_model_state(num_params: int, precision: str = "fp32",
+                       optimizer: str = "adam") -> str:
+    """Parameters, gradients and optimizer states of ``num_params`` parameters, one line."""
+    st = model_state_bytes(num_params, precision, optimizer)
+    return (f"{precision} {optimizer}: parameters {format_size(st.params)}, gradients "
+            f"{format_size(st.grads)}, optimizer states {format_size(st.optimizer)}; total "
+            f"{format_size(st.total)} = {st.total / 1e9:.1f} GB")
+
+
+def bytes_per_param_per_gpu(precision: str, optimizer: str, zero_stage: int = 0,
+                            dp: int = 1) -> float:
+    """Model-state bytes each GPU keeps per parameter (ZeRO §5): 10⁹ parameters' total / 10⁹."""
+    return model_state_bytes(10**9, precision, optimizer, zero_stage, dp).total / 10**9
+
+
+def activation_fraction(seq: int, batch: int, hidden: int, heads: int, tp: int,
+                        sequence_parallel: bool) -> float:
+    """A layer's activations per GPU with tensor (and sequence) parallelism, as a share of
+    the layer's without (Korthikanti et al., 2022, Table 2)."""
+    return (activation_bytes_per_layer(seq, batch, hidden, heads, tp, sequence_parallel)
+            / activation_bytes_per_layer(seq, batch, hidden, heads))
+
+
 def zero_stage_totals(num_params: int, precision: str = "mixed", optimizer: str = "adam",
                       dp: int = 64) -> tuple[int, ...]:
     """Model-state bytes per GPU for ZeRO stages 0, 1, 2 and 3 (ZeRO §5, Figure 1)."""
@@ -75,16 +103,16 @@ class BlockComparison:
         return self.difference - self.extra.total
 
 
-def compare_block_activations(seq: int, batch: int, hidden: int, heads: int) -> BlockComparison:
+def compare_block_activations(seq: int, batch: int, hidden: int, heads: int,
+                              counter=None) -> BlockComparison:
     """Korthikanti et al. (2022) §4.1 against the bytes torch saves for the bfloat16 block
-    of :func:`labkit.memory.measure.make_transformer_block` (CPU, training mode)."""
-    from labkit.memory import measure
-
+    of :func:`labkit.memory.measure.make_transformer_block` (CPU, training mode), counted
+    by ``counter(fn, exclude)`` → ``(storages, bytes)`` (labkit's hook when None)."""
     s, b, h, a = seq, batch, hidden, heads
     return BlockComparison(
         terms=activation_terms(s, b, h, a),
         paper=activation_bytes_per_layer(s, b, h, a),
-        saved=measure.transformer_block_saved(s, b, h, a).total_bytes,
+        saved=measure.transformer_block_saved(s, b, h, a, counter=counter).total_bytes,
         extra=measure.transformer_extra_terms(s, b, h, a),
         params=measure.count_params(measure.make_transformer_block(h, a)),
         params_formula=measure.transformer_block_params(h))
@@ -105,20 +133,42 @@ class CheckpointRow:
     peak_bytes: int
     peak_ratio: float       # peak / peak without checkpointing
     time_ratio: float       # seconds / seconds without checkpointing
+    model_ratio: float | None = None   # (k + n/k) / n, the model's peak / no checkpointing
 
 
-def checkpoint_table(results) -> list[CheckpointRow]:
+def checkpoint_table(results, num_blocks: int | None = None) -> list[CheckpointRow]:
     """Each :class:`labkit.memory.measure.CheckpointResult` relative to the first one (the
-    run without checkpointing, ``segments=0``)."""
+    run without checkpointing, ``segments=0``); with ``num_blocks`` n, also the model's
+    ratio (k + ⌈n/k⌉)/n (:func:`labkit.memory.estimator.checkpoint_memory_units`): k stored
+    segment inputs plus one segment's n/k activations, against n without checkpointing."""
     results = list(results)
     if not results or results[0].segments != 0:
         raise ValueError("results must start with the run without checkpointing (segments=0)")
+    if num_blocks is not None:
+        num_blocks = integer("num_blocks", num_blocks, low=1)
     base = results[0]
+
+    def model(k):
+        if num_blocks is None:
+            return None
+        return 1.0 if k == 0 else checkpoint_memory_units(num_blocks, k) / num_blocks
     return [CheckpointRow(r.segments, r.peak_bytes, r.peak_bytes / base.peak_bytes,
-                          r.seconds / base.seconds) for r in results]
+                          r.seconds / base.seconds, model(r.segments)) for r in results]
 
 
 def format_checkpoint_table(rows: list[CheckpointRow]) -> str:
     return "\n".join(f"segments {r.segments if r.segments else 'none':>4}: peak "
-                     f"{format_size(r.peak_bytes):>10s} ({r.peak_ratio:.0%}), "
-                     f"time ×{r.time_ratio:.2f}" for r in rows)
+                     f"{format_size(r.peak_bytes):>10s} ({r.peak_ratio:.0%}"
+                     + ("" if r.model_ratio is None else f"; k + n/k predicts {r.model_ratio:.0%}")
+                     + f"), time ×{r.time_ratio:.2f}" for r in rows)
+
+
+def format_agreement(a) -> str:
+    """A :class:`labkit.memory.core_replay.Agreement` as a sentence."""
+    if a.identical:
+        return (f"your core and labkit's CachingAllocator agree after every one of the "
+                f"{a.events} events: the same blocks and segments ({a.segments[1]} at the "
+                f"end), peak reserved {format_size(a.peak_reserved[1])}")
+    why = f" (the allocator stopped: {a.error})" if a.error else ""
+    return (f"your core agrees with labkit's CachingAllocator for {a.agree} of {a.events} "
+            f"events, then differs at event {a.first_difference}{why}")

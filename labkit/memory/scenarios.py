@@ -12,11 +12,13 @@
 """
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 
-from labkit.validate import integer, nonnegative, one_of, positive
-from labkit.memory.allocator import CachingAllocator, MemoryStats, OutOfMemoryError, SegmentInfo
+from labkit.memory.allocator import CachingAllocator, OutOfMemoryError
 from labkit.memory.constants import MiB
+from labkit.memory.snapshot import MemoryStats, SegmentInfo
+from labkit.validate import integer, nonnegative, one_of, positive
 
 
 @dataclass(frozen=True)
@@ -29,9 +31,10 @@ class Step:
 def request_walkthrough(sizes_mb, free_indices=(), then_mb: float | None = None, *,
                         max_split_size_mb: int | None = None,
                         expandable_segments: bool = False,
-                        empty_cache: bool = False) -> list[Step]:
+                        empty_cache: bool = False, core=None) -> list[Step]:
     """Allocate ``sizes_mb`` (MiB, floats allowed) in order, free the requests at
-    ``free_indices``, optionally allocate ``then_mb``, optionally ``empty_cache()``."""
+    ``free_indices``, optionally allocate ``then_mb``, optionally ``empty_cache()``; the
+    allocator runs ``core`` (:func:`labkit.memory.core.allocator_core`) when given."""
     if isinstance(sizes_mb, (str, bytes)) or not hasattr(sizes_mb, "__iter__"):
         raise TypeError(f"sizes_mb must be a list of sizes in MiB, got {sizes_mb!r}")
     sizes = [positive(f"sizes_mb[{i}]", s) for i, s in enumerate(sizes_mb)]
@@ -43,7 +46,7 @@ def request_walkthrough(sizes_mb, free_indices=(), then_mb: float | None = None,
     if then_mb is not None:
         then_mb = positive("then_mb", then_mb)
     alloc = CachingAllocator(max_split_size_mb=max_split_size_mb,
-                             expandable_segments=expandable_segments)
+                             expandable_segments=expandable_segments, core=core)
     steps, blocks = [], []
 
     def snap(action):
@@ -79,12 +82,27 @@ class PatternResult:
         return self.oom is None
 
 
-def _pattern_allocator(fix: str, capacity_mb: int, *, max_split_size_mb: int) -> CachingAllocator:
-    """The allocator a pattern runs on: fixes named after an allocator setting switch it on
+class _PatternRun:
+    """A pattern's allocator, and its allocated and reserved bytes after each step
+    (:meth:`mark`). Fixes named after an allocator setting switch it on
     (``max_split_size_mb`` at the pattern's value); the others change the program."""
-    split = max_split_size_mb if fix == "max_split_size_mb" else None
-    return CachingAllocator(capacity=capacity_mb * MiB, max_split_size_mb=split,
-                            expandable_segments=fix == "expandable_segments")
+
+    def __init__(self, fix: str, capacity_mb: int, *, max_split_size_mb: int, core=None):
+        split = max_split_size_mb if fix == "max_split_size_mb" else None
+        self.alloc = CachingAllocator(capacity=capacity_mb * MiB, max_split_size_mb=split,
+                                      expandable_segments=fix == "expandable_segments",
+                                      core=core)
+        self.allocated: list[int] = []
+        self.reserved: list[int] = []
+
+    def mark(self) -> None:
+        self.allocated.append(self.alloc.allocated)
+        self.reserved.append(self.alloc.reserved)
+
+    def result(self, done: int, wanted: int, oom: OutOfMemoryError | None) -> PatternResult:
+        return PatternResult(done, wanted, oom, self.alloc.stats(),
+                             tuple(self.alloc.segments()), tuple(self.allocated),
+                             tuple(self.reserved))
 
 
 FIXES = {
@@ -100,17 +118,18 @@ FIXES = {
 
 def growing_batch_pattern(fix: str = "none", *, capacity_mb: int = 1024, steps: int = 24,
                           start_mb: float = 96.0, growth_mb: float = 6.0,
-                          kept_mb: float = 3.0) -> PatternResult:
+                          kept_mb: float = 3.0, core=None) -> PatternResult:
     """Step i allocates an activation of start + i·growth MiB, keeps a ``kept_mb`` tensor
-    and frees the activation. ``fix`` is one of :data:`FIXES`."""
+    and frees the activation. ``fix`` is one of :data:`FIXES`; ``core`` the allocator's
+    rules (:func:`labkit.memory.core.allocator_core`)."""
     fix = one_of("fix", fix, FIXES)
     capacity_mb = integer("capacity_mb", capacity_mb, low=1)
     steps = integer("steps", steps, low=1)
     start_mb, kept_mb = positive("start_mb", start_mb), positive("kept_mb", kept_mb)
     growth_mb = nonnegative("growth_mb", growth_mb)
-    alloc = _pattern_allocator(fix, capacity_mb, max_split_size_mb=64)
-    kept, allocated, reserved, oom = [], [], [], None
-    done = 0
+    run = _PatternRun(fix, capacity_mb, max_split_size_mb=64, core=core)
+    alloc = run.alloc
+    kept, oom, done = [], None, 0
     try:
         for i in range(steps):
             act_bytes = int((start_mb + i * growth_mb) * MiB)
@@ -121,13 +140,11 @@ def growing_batch_pattern(fix: str = "none", *, capacity_mb: int = 1024, steps: 
                 act = alloc.malloc(act_bytes)
                 kept.append(alloc.malloc(int(kept_mb * MiB)))
             alloc.free(act)
-            allocated.append(alloc.allocated)
-            reserved.append(alloc.reserved)
+            run.mark()
             done += 1
     except OutOfMemoryError as exc:
         oom = exc
-    return PatternResult(done, steps, oom, alloc.stats(), tuple(alloc.segments()),
-                         tuple(allocated), tuple(reserved))
+    return run.result(done, steps, oom)
 
 
 @dataclass(frozen=True)
@@ -150,7 +167,7 @@ def seed_monitor_example(device: str = "auto") -> tuple[str, list[MonitorLine]]:
     use_cuda = False
     if device in ("auto", "cuda"):
         try:
-            import torch
+            import torch  # deferred: torch
             use_cuda = torch.cuda.is_available()
         except ImportError:
             use_cuda = False
@@ -158,9 +175,7 @@ def seed_monitor_example(device: str = "auto") -> tuple[str, list[MonitorLine]]:
             raise ValueError("device='cuda' but no CUDA GPU is available")
     lines = []
     if use_cuda:
-        import gc
-
-        import torch
+        import torch  # deferred: torch
 
         def read(when):
             lines.append(MonitorLine(when, torch.cuda.memory_allocated(),
@@ -204,24 +219,21 @@ HOLE_FIXES = {
 
 def holes_oom_pattern(fix: str = "none", *, capacity_mb: int = 768, big_mb: int = 512,
                       n_small: int = 32, small_mb: int = 16,
-                      final_mb: int = 300) -> PatternResult:
+                      final_mb: int = 300, core=None) -> PatternResult:
     """Free memory that cannot be used: a big temporary (loading a checkpoint, say) of
     ``big_mb`` is freed and cached; ``n_small`` tensors of ``small_mb`` are carved out of
     it; every other one is freed (half of them live on, e.g. kept for logging); then a
     ``final_mb`` request finds no hole big enough, and no segment can be released
-    because each is split. ``fix`` is one of :data:`HOLE_FIXES`."""
+    because each is split. ``fix`` is one of :data:`HOLE_FIXES`; ``core`` the allocator's
+    rules (:func:`labkit.memory.core.allocator_core`)."""
     fix = one_of("fix", fix, HOLE_FIXES)
     capacity_mb, big_mb, n_small, small_mb, final_mb = (
         integer(name, v, low=1) for name, v in (
             ("capacity_mb", capacity_mb), ("big_mb", big_mb), ("n_small", n_small),
             ("small_mb", small_mb), ("final_mb", final_mb)))
-    alloc = _pattern_allocator(fix, capacity_mb, max_split_size_mb=256)
-    allocated, reserved, oom, done = [], [], None, 0
-
-    def mark():
-        allocated.append(alloc.allocated)
-        reserved.append(alloc.reserved)
-
+    run = _PatternRun(fix, capacity_mb, max_split_size_mb=256, core=core)
+    alloc, mark = run.alloc, run.mark
+    oom, done = None, 0
     try:
         big = alloc.malloc(big_mb * MiB)
         mark()
@@ -241,5 +253,4 @@ def holes_oom_pattern(fix: str = "none", *, capacity_mb: int = 768, big_mb: int 
         done = 3
     except OutOfMemoryError as exc:
         oom = exc
-    return PatternResult(done, 3, oom, alloc.stats(), tuple(alloc.segments()),
-                         tuple(allocated), tuple(reserved))
+    return run.result(done, 3, oom)

@@ -1,6 +1,6 @@
 """Allocation traces: build, replay through the simulator, load PyTorch memory snapshots.
 
-A :class:`Trace` is a sequence of ``alloc``/``free`` events keyed by address (the way
+A :class:`MemoryTrace` is a sequence of ``alloc``/``free`` events keyed by address (the way
 ``torch.cuda.memory._record_memory_history`` records them). :func:`replay` runs one through
 a :class:`~labkit.memory.allocator.CachingAllocator` and returns the memory timeline.
 
@@ -20,9 +20,8 @@ from typing import Iterable
 
 import numpy as np
 
-from labkit.memory.allocator import (
-    BlockInfo, CachingAllocator, OutOfMemoryError, SegmentInfo,
-)
+from labkit.memory.allocator import CachingAllocator, OutOfMemoryError
+from labkit.memory.snapshot import BlockInfo, SegmentInfo
 
 ALLOC, FREE = 1, 0
 _MISSING = object()
@@ -30,7 +29,7 @@ _ACTIONS = {"alloc": ALLOC, "free": FREE, "free_completed": FREE, "malloc": ALLO
 
 
 @dataclass(frozen=True)
-class Trace:
+class MemoryTrace:
     """Events in order: ``kind[i]`` is 1 (alloc) or 0 (free) of ``size[i]`` bytes at
     ``addr[i]``; ``labels[i]`` says what allocated it (an op name), ``phases[i]`` the
     phase of the step (forward, backward, optimizer, ...), when known."""
@@ -55,7 +54,7 @@ class Trace:
         return len(self.kind)
 
     @classmethod
-    def from_events(cls, events: Iterable) -> "Trace":
+    def from_events(cls, events: Iterable) -> "MemoryTrace":
         """From ``(action, addr, size)`` tuples or dicts with those keys;
         action is 'alloc' or 'free'."""
         kinds, addrs, sizes, labels = [], [], [], []
@@ -114,18 +113,18 @@ class Trace:
                 return False
         return not live
 
-    def tile(self, times: int) -> "Trace":
+    def tile(self, times: int) -> "MemoryTrace":
         """The trace repeated ``times`` times (it must be balanced, like one training step)."""
         if not isinstance(times, int) or times < 1:
             raise ValueError(f"times must be an int >= 1, got {times!r}")
         if not self.is_balanced():
             raise ValueError("only a balanced trace (every alloc freed in it) can be tiled")
-        return Trace(np.tile(self.kind, times), np.tile(self.addr, times),
+        return MemoryTrace(np.tile(self.kind, times), np.tile(self.addr, times),
                      np.tile(self.size, times), self.labels * times, self.phases * times)
 
 
 @dataclass(frozen=True)
-class Timeline:
+class MemoryTimeline:
     """Memory after each replayed event (bytes), as ``torch.cuda.memory_stats`` reports it."""
     allocated: np.ndarray
     reserved: np.ndarray
@@ -144,9 +143,9 @@ class Timeline:
         return len(self.allocated)
 
 
-def replay(trace: Trace, allocator: CachingAllocator | None = None, *,
+def replay(trace: MemoryTrace, allocator: CachingAllocator | None = None, *,
            ignore_unknown_frees: bool = False, record: bool = True,
-           stop_on_oom: bool = True) -> Timeline:
+           stop_on_oom: bool = True) -> MemoryTimeline:
     """Run ``trace`` through ``allocator`` (a fresh unlimited one by default).
 
     Zero-size allocations are skipped (PyTorch allocates nothing for them). A free of an
@@ -154,8 +153,8 @@ def replay(trace: Trace, allocator: CachingAllocator | None = None, *,
     traces that start mid-program, like a snapshot's ring buffer). An out-of-memory error
     ends the replay with ``oom_at`` set when ``stop_on_oom`` (else it propagates).
     """
-    if not isinstance(trace, Trace):
-        raise ValueError(f"trace must be a Trace, got {type(trace).__name__}")
+    if not isinstance(trace, MemoryTrace):
+        raise ValueError(f"trace must be a MemoryTrace, got {type(trace).__name__}")
     alloc = CachingAllocator() if allocator is None else allocator
     malloc, free = alloc.malloc, alloc.free
     live: dict[int, object] = {}
@@ -194,7 +193,7 @@ def replay(trace: Trace, allocator: CachingAllocator | None = None, *,
             allocated.append(alloc.allocated)
             reserved.append(alloc.reserved)
             requested.append(alloc.requested)
-    return Timeline(np.array(allocated, dtype=np.int64), np.array(reserved, dtype=np.int64),
+    return MemoryTimeline(np.array(allocated, dtype=np.int64), np.array(reserved, dtype=np.int64),
                     np.array(requested, dtype=np.int64), alloc.peak_allocated,
                     alloc.peak_reserved, alloc.peak_requested, oom_at, oom_message,
                     tuple(alloc.segments()), trace.phases[:len(allocated)],
@@ -206,7 +205,7 @@ def replay(trace: Trace, allocator: CachingAllocator | None = None, *,
 @dataclass(frozen=True)
 class Snapshot:
     segments: tuple[SegmentInfo, ...]
-    trace: Trace
+    trace: MemoryTrace
     device: int
 
     @property
@@ -263,10 +262,10 @@ def load_snapshot(source, device: int = 0) -> Snapshot:
         label = frames[0].get("name", "") if frames and isinstance(frames[0], dict) else ""
         events.append((kind, int(e["addr"]), int(e["size"]), label))
     segments.sort(key=lambda s: s.address)
-    return Snapshot(tuple(segments), Trace.from_events(events), device)
+    return Snapshot(tuple(segments), MemoryTrace.from_events(events), device)
 
 
-def snapshot_dict(allocator: CachingAllocator, trace: Trace | None = None) -> dict:
+def snapshot_dict(allocator: CachingAllocator, trace: MemoryTrace | None = None) -> dict:
     """The allocator's state in the shape of ``torch.cuda.memory._snapshot()``."""
     segments = []
     for seg in allocator.segments():
@@ -292,7 +291,7 @@ def snapshot_dict(allocator: CachingAllocator, trace: Trace | None = None) -> di
             "allocator_settings": {"expandable_segments": allocator.config.expandable_segments}}
 
 
-def save_snapshot(allocator: CachingAllocator, path, trace: Trace | None = None) -> Path:
+def save_snapshot(allocator: CachingAllocator, path, trace: MemoryTrace | None = None) -> Path:
     path = Path(path)
     path.write_bytes(pickle.dumps(snapshot_dict(allocator, trace)))
     return path

@@ -23,4 +23,5 @@ from labkit.parallel.collectives import (  # noqa: F401
 from labkit.parallel.cost import algbw, bus_factor, busbw, collective_time, cost_terms  # noqa: F401
 # chapter 10: model parallelism (pipeline, tensor, ZeRO, planner; torch runs in mp_real)
 from labkit.parallel.pipeline import Schedule, bubble_formula, pipeline_schedule  # noqa: F401,E402
-from labkit.parallel.planner import Cluster, GPTModel, cluster, plan  # noqa: F401,E402
+from labkit.parallel.planner import GPUCluster, cluster, plan  # noqa: F401,E402
+from labkit.parallel.planner_cost import GPTModel  # noqa: F401,E402

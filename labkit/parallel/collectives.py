@@ -62,6 +62,8 @@ class CollectiveRun:
     log: tuple[Message, ...]
     chunk_bounds: tuple[int, ...] = field(default=())   # element offsets, len world+1
     inputs_chunked: bool = False      # all-gather: rank r starts with chunk r only
+    payloads: tuple[np.ndarray, ...] = ()    # record=True: the data each message carried
+    history: tuple[tuple[np.ndarray, ...], ...] = ()   # record=True: buffers after each step
 
     @property
     def steps(self) -> int:
@@ -140,17 +142,36 @@ def chunk_bounds(size: int, world: int) -> tuple[int, ...]:
 
 
 class _Sim:
-    """Buffers plus a message log; ``send`` applies a message at once (see module doc)."""
+    """Buffers plus a message log; ``send`` applies a message at once (see module doc).
+    With ``record`` it also keeps each message's payload and every rank's buffer after each
+    step (a message of one step never carries a chunk its sender receives in that step, so
+    applying them one by one equals applying them at once)."""
 
-    def __init__(self, buffers: list[np.ndarray], bounds: tuple[int, ...]):
+    def __init__(self, buffers: list[np.ndarray], bounds: tuple[int, ...],
+                 record: bool = False):
         self.buf = buffers
         self.bounds = bounds
         self.item = buffers[0].itemsize
         self.log: list[Message] = []
+        self.record = record
+        self.payloads: list[np.ndarray] = []
+        self.history: list[tuple[np.ndarray, ...]] = []
+
+    def _snapshot(self) -> None:
+        self.history.append(tuple(b.copy() for b in self.buf))
+
+    def finish(self) -> None:
+        """Close the last step's snapshot (record mode)."""
+        if self.record and self.log and len(self.history) < self.log[-1].step + 1:
+            self._snapshot()
 
     def send(self, step: int, src: int, dst: int, lo: int, hi: int, reduce: bool,
              phase: str) -> None:
         a, b = self.bounds[lo], self.bounds[hi]
+        if self.record:
+            while self.log and len(self.history) < step:      # a new step: close the last
+                self._snapshot()
+            self.payloads.append(self.buf[src][a:b].copy())
         if reduce:
             np.add(self.buf[dst][a:b], self.buf[src][a:b], out=self.buf[dst][a:b])
         else:
@@ -307,14 +328,17 @@ def all_reduce(data: Sequence[np.ndarray], algorithm: str = "ring", *,
                          tuple(sim.log), bounds)
 
 
-def reduce_scatter(data: Sequence[np.ndarray], algorithm: str = "ring") -> CollectiveRun:
+def reduce_scatter(data: Sequence[np.ndarray], algorithm: str = "ring", *,
+                   record: bool = False) -> CollectiveRun:
     """Rank r ends with chunk r of the sum (``outputs[r]`` is that chunk only).
 
     ``ring``: p-1 steps around the ring; ``pairwise``: in step s rank r sends chunk (r+s)
     straight to its owner (T05 §4.3, pairwise exchange); ``recursive_halving`` needs a
-    power-of-two world.
+    power-of-two world. ``record=True`` keeps what each message carried (``payloads``, in
+    log order) and every rank's whole buffer after each step (``history``).
     """
     _check_algorithm(algorithm, REDUCE_SCATTER_ALGORITHMS)
+    V.boolean("record", record)
     p_guess = len(data) if hasattr(data, "__len__") else 0
     arrays = _validate(data, min_size=p_guess)
     p = len(arrays)
@@ -322,7 +346,7 @@ def reduce_scatter(data: Sequence[np.ndarray], algorithm: str = "ring") -> Colle
         raise ValueError(f"world must be a power of two for recursive_halving, got {p}; "
                          f"use algorithm='ring' or 'pairwise'")
     bounds = chunk_bounds(arrays[0].size, p)
-    sim = _Sim([a.copy() for a in arrays], bounds)
+    sim = _Sim([a.copy() for a in arrays], bounds, record)
     if algorithm == "ring":
         _ring_reduce_scatter(sim, p, 0)
     elif algorithm == "pairwise":
@@ -333,9 +357,40 @@ def reduce_scatter(data: Sequence[np.ndarray], algorithm: str = "ring") -> Colle
                 sim.send(s - 1, r, c, c, c + 1, True, "reduce-scatter")
     else:
         _halving(sim, p, 0)
+    sim.finish()
     outs = tuple(sim.buf[r][bounds[r]:bounds[r + 1]].copy() for r in range(p))
     return CollectiveRun("reduce_scatter", algorithm, p, arrays[0].nbytes, outs,
-                         tuple(sim.log), bounds)
+                         tuple(sim.log), bounds, payloads=tuple(sim.payloads),
+                         history=tuple(sim.history))
+
+
+def run_from_log(buffers: Sequence[np.ndarray], chunks: Sequence[np.ndarray],
+                 messages: Sequence, history: Sequence = (), *,
+                 algorithm: str = "yours") -> CollectiveRun:
+    """A reduce-scatter's :class:`CollectiveRun` built from a log of the data it moved:
+    ``messages`` are ``(step, sender, receiver, chunk, payload)`` (lab 9.1's form), each
+    message's size is its payload's bytes, every message adds. So :func:`simulated_time`,
+    :func:`coverage` and the drawings price and show a schedule somebody else ran."""
+    arrays = _validate(buffers, name="buffers")
+    p = len(arrays)
+    bounds = chunk_bounds(arrays[0].size, p)
+    log, payloads = [], []
+    for i, m in enumerate(messages):
+        if not isinstance(m, (tuple, list)) or len(m) != 5:
+            raise ValueError(f"messages[{i}] must be (step, sender, receiver, chunk, payload), "
+                             f"got {m!r:.80}")
+        step, src, dst, c = (V.integer(f"messages[{i}][{k}]", x, low=0)
+                             for k, x in enumerate(m[:4]))
+        if max(src, dst, c) >= p:
+            raise ValueError(f"messages[{i}]: ranks and chunks run 0..{p - 1}, got {m[:4]}")
+        payload = np.asarray(m[4])
+        log.append(Message(step, src, dst, (c, c + 1), int(payload.nbytes), True,
+                           "reduce-scatter"))
+        payloads.append(payload)
+    outs = tuple(np.asarray(c) for c in chunks)
+    return CollectiveRun("reduce_scatter", algorithm, p, arrays[0].nbytes, outs, tuple(log),
+                         bounds, payloads=tuple(payloads),
+                         history=tuple(tuple(np.asarray(b) for b in h) for h in history))
 
 
 def all_gather(chunks: Sequence[np.ndarray], algorithm: str = "ring") -> CollectiveRun:

@@ -16,6 +16,20 @@ training set. Every method reports the bytes one worker sends and the test accur
   converges fast and communicates little", ICLR 2019).
 * :func:`train_async` — a parameter server applies each gradient as it arrives, computed
   on parameters ``staleness`` updates old (Dean et al. 2012, Downpour SGD; Ho et al. 2013).
+
+**Bytes are priced by the collective each method needs** (what one worker *sends*; in a
+ring it receives as much), from :func:`labkit.parallel.cost.cost_terms`: a dense gradient of
+n bytes goes through a ring all-reduce, 2(p-1)/p·n per worker. Summing on the way works
+only for a *linear* compressor whose messages from different workers add up to the message
+of the sum: PowerSGD's P and Q (Vogels et al. 2019, abstract: the compressed gradients
+are aggregated "using all-reduce"), local SGD's parameters. Top-k is not — two workers'
+top-k sets have different indices, and their sum is not k-sparse; top-k "requires costly
+All-Gather operations" (arXiv:2510.26709, 2025, abstract) — nor is int8 with a per-worker
+scale, so both need a ring all-gather: each of the
+p workers contributes a block of b bytes and sends (p-1)·b, its own block and the p-2 it
+forwards. At p = 4 that is 3·8k for top-k against the ring's 1.5·4n, twice what counting the
+payload 8k against 4n suggests. Async SGD sends each gradient to one parameter server,
+whose link carries p times what a worker sends.
 """
 from __future__ import annotations
 
@@ -23,8 +37,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from labkit.compress.model import qparams, quantize
+from labkit.parallel.cost import cost_terms
 from labkit.data import Split, load_digits
 from labkit.perf.metrics import top1_accuracy
 
@@ -72,14 +88,28 @@ def accuracy(params, x, y) -> float:
 
 # ---- compressors --------------------------------------------------------------------------
 
+def ring_allreduce_bytes(nbytes: float, workers: int) -> float:
+    """Bytes one worker sends in a ring all-reduce of ``nbytes``: 2(p-1)/p·n."""
+    return cost_terms("all_reduce", "ring", nbytes, workers).path_bytes
+
+
+def ring_allgather_bytes(block: float, workers: int) -> float:
+    """Bytes one worker sends in a ring all-gather where each contributes ``block`` bytes:
+    (p-1)·block (the gathered vector is p·block; each sends (p-1)/p of it)."""
+    return cost_terms("all_gather", "ring", workers * block, workers).path_bytes
+
+
 class Compressor:
-    """Turns every worker's gradients into the mean gradient and counts bytes sent."""
+    """Turns every worker's gradients into the mean gradient and counts the bytes one
+    worker sends in the collective it needs (uncompressed: a ring all-reduce)."""
     name = "none (fp32)"
+    collective = "ring all-reduce"
 
     def aggregate(self, grads: list[list[np.ndarray]]) -> tuple[list[np.ndarray], int]:
         """(mean of what the workers sent, bytes one worker sends)."""
         mean = [np.mean([g[i] for g in grads], axis=0) for i in range(len(grads[0]))]
-        return mean, sum(g.size for g in grads[0]) * FLOAT_BYTES
+        size = sum(g.size for g in grads[0]) * FLOAT_BYTES
+        return mean, round(ring_allreduce_bytes(size, len(grads)))
 
 
 def topk_compress(grad: np.ndarray, memory: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -104,11 +134,14 @@ def topk_compress(grad: np.ndarray, memory: np.ndarray, k: int) -> tuple[np.ndar
 
 class PerTensorCompressor(Compressor):
     """Each worker compresses each tensor on its own. With error feedback, what a worker did
-    not send is kept and added to its next gradient (Seide et al. 2014; Stich et al. 2018)."""
+    not send is kept and added to its next gradient (Seide et al. 2014; Stich et al. 2018).
+    The compressed tensors of different workers do not add up (different indices, different
+    scales), so every worker gathers everyone's: a ring all-gather of each block."""
     ef = True
+    collective = "ring all-gather"
 
     def compress(self, acc: np.ndarray) -> tuple[np.ndarray, int]:
-        """(what the receiver decodes, bytes on the wire) for one tensor."""
+        """(what the receiver decodes, bytes of this worker's block) for one tensor."""
         raise NotImplementedError
 
     def aggregate(self, grads):
@@ -124,9 +157,10 @@ class PerTensorCompressor(Compressor):
                     self.memory[(w, i)] = acc - decoded
                 out.append(decoded)
                 if w == 0:
-                    nbytes += size
+                    nbytes += ring_allgather_bytes(size, len(grads))
             sent.append(out)
-        return [np.mean([s[i] for s in sent], axis=0) for i in range(len(sent[0]))], nbytes
+        return ([np.mean([s[i] for s in sent], axis=0) for i in range(len(sent[0]))],
+                round(nbytes))
 
 
 class TopK(PerTensorCompressor):
@@ -182,7 +216,7 @@ class PowerSGD(Compressor):
             ms = [g[i] + self.memory.get((w, i), 0.0) for w, g in enumerate(grads)]
             if ms[0].ndim != 2:
                 out.append(np.mean(ms, axis=0))
-                nbytes += ms[0].size * FLOAT_BYTES
+                nbytes += ring_allreduce_bytes(ms[0].size * FLOAT_BYTES, nw)
                 continue
             m, n = ms[0].shape
             r = min(self.rank, m, n)
@@ -197,8 +231,8 @@ class PowerSGD(Compressor):
             for w in range(nw):
                 self.memory[(w, i)] = ms[w] - approx
             out.append(approx)
-            nbytes += (m + n) * r * FLOAT_BYTES
-        return out, nbytes
+            nbytes += ring_allreduce_bytes((m + n) * r * FLOAT_BYTES, nw)   # P, then Q
+        return out, round(nbytes)
 
 
 # ---- training loops ---------------------------------------------------------------------------
@@ -206,10 +240,11 @@ class PowerSGD(Compressor):
 @dataclass(frozen=True)
 class TrainResult:
     name: str
-    bytes_per_worker: int        # payload one worker sent over the whole run
+    bytes_per_worker: int        # what one worker sent over the whole run, by its collective
     test_accuracy: float
     losses: tuple[float, ...]    # mean training loss of each step
     bytes_curve: tuple[int, ...]  # cumulative bytes per worker after each step
+    collective: str = "ring all-reduce"   # how the bytes were priced
 
 
 def _shards(task: Task, workers: int) -> list[np.ndarray]:
@@ -247,21 +282,22 @@ def train_sync(compressor: Compressor | None = None, *, task: Task | None = None
         losses.append(float(np.mean(ls)))
         curve.append(total)
     return TrainResult(comp.name, total, accuracy(params, task.x_test, task.y_test),
-                       tuple(losses), tuple(curve))
+                       tuple(losses), tuple(curve), comp.collective)
 
 
 def train_local_sgd(period: int, *, task: Task | None = None, workers: int = 4,
                     steps: int = 200, batch: int = 16, lr: float = 0.2, hidden: int = 64,
                     seed: int = 0) -> TrainResult:
     """Each worker steps on its own copy; every ``period`` steps the copies are averaged
-    (one parameter all-reduce: the worker sends its parameters once)."""
+    (one ring all-reduce of the parameters)."""
     if period < 1:
         raise ValueError(f"period must be >= 1, got {period}")
     task = task or digits_task(seed)
     shards = _shards(task, workers)
     rng = np.random.default_rng(seed)
     copies = [init_params(hidden, seed) for _ in shards]
-    size = sum(p.size for p in copies[0]) * FLOAT_BYTES
+    size = round(ring_allreduce_bytes(sum(p.size for p in copies[0]) * FLOAT_BYTES,
+                                      len(shards)))
     losses, curve, total = [], [], 0
     for step in range(1, steps + 1):
         ls = []
@@ -286,8 +322,9 @@ def train_async(staleness: int, *, task: Task | None = None, workers: int = 4,
                 seed: int = 0) -> TrainResult:
     """Parameter server: ``workers × steps`` updates, worker (u mod workers) computes update
     u's gradient on the parameters of update u - ``staleness``; it sends the gradient and
-    receives fresh parameters (both counted for that worker). ``lr`` is divided by
-    ``workers`` so each gradient counts as much as in synchronous SGD's mean.
+    receives fresh parameters; ``bytes_per_worker`` counts what it sends (the gradient; the
+    server's link carries ``workers`` times that). ``lr`` is divided by ``workers`` so each
+    gradient counts as much as in synchronous SGD's mean.
     """
     if staleness < 0:
         raise ValueError(f"staleness must be >= 0, got {staleness}")
@@ -306,19 +343,18 @@ def train_async(staleness: int, *, task: Task | None = None, workers: int = 4,
         history = history[-(staleness + 1):]
         ls.append(loss)
         if w == 0:
-            total += 2 * size
+            total += size
         if w == workers - 1:
             losses.append(float(np.mean(ls)))
             curve.append(total)
             ls = []
     return TrainResult(f"async SGD, staleness {staleness}", total,
                        accuracy(history[-1], task.x_test, task.y_test), tuple(losses),
-                       tuple(curve))
+                       tuple(curve), "to a parameter server")
 
 
 def compare_methods(*, steps: int = 150, workers: int = 4, seed: int = 0) -> list[TrainResult]:
     """Every method on the same task and seed (the chapter's table and plot)."""
-    from tqdm.auto import tqdm
     task = digits_task(seed)
     kw = dict(task=task, workers=workers, steps=steps, seed=seed)
     jobs = [

@@ -16,11 +16,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import sys
 import time
+import traceback
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
+from labkit._code import by_value
+from labkit.parallel.dp_sim import Event, make_buckets
+from labkit.parallel.launch import launch
+from labkit.torch_models import torch_mlp
 
 
 @dataclass(frozen=True)
@@ -48,19 +55,18 @@ class TrainConfig:
 
 def load_digits_tensors(dtype: str = "float64"):
     """scikit-learn digits scaled to [0, 1]: X (1797, 64), y (1797,)."""
-    import torch
-    from sklearn.datasets import load_digits
+    import torch  # deferred: torch
+    from sklearn.datasets import load_digits  # deferred: sklearn
     d = load_digits()
     x = torch.tensor(d.data / 16.0, dtype=getattr(torch, dtype))
     return x, torch.tensor(d.target, dtype=torch.long)
 
 
 def make_model(cfg: TrainConfig):
-    import torch
-    from torch import nn
-    torch.manual_seed(cfg.seed)
-    model = nn.Sequential(nn.Linear(64, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, 10))
-    return model.to(getattr(torch, cfg.dtype))
+    """The 64-``hidden``-10 ReLU MLP (:func:`labkit.torch_models.torch_mlp`), seeded by
+    ``cfg.seed``, in ``cfg.dtype``."""
+    import torch  # deferred: torch
+    return torch_mlp((64, cfg.hidden, 10), cfg.seed, dtype=getattr(torch, cfg.dtype))
 
 
 def global_batch_indices(step: int, cfg: TrainConfig, n: int) -> np.ndarray:
@@ -74,15 +80,15 @@ def train(rank: int, world: int, cfg: TrainConfig, device: str = "cpu") -> dict:
     Returns the final parameters (numpy), the loss of each step (global mean), wall
     seconds of the timed steps and samples per second over them.
     """
-    import torch
-    import torch.distributed as dist
-    from torch import nn
+    import torch  # deferred: torch
+    import torch.distributed as dist  # deferred: torch
+    from torch import nn  # deferred: torch
     cfg.validate(world)
     x, y = load_digits_tensors(cfg.dtype)
     x, y = x.to(device), y.to(device)
     model = make_model(cfg).to(device)
     if world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.nn.parallel import DistributedDataParallel as DDP  # deferred: torch
         model = DDP(model, device_ids=[device] if device.startswith("cuda") else None,
                     bucket_cap_mb=cfg.bucket_cap_mb)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
@@ -118,7 +124,7 @@ def train(rank: int, world: int, cfg: TrainConfig, device: str = "cpu") -> dict:
 
 def ddp_worker(rank: int, world: int, cfg: TrainConfig) -> dict:
     """Entry point for :func:`labkit.parallel.launch.launch` (process group is up)."""
-    import torch
+    import torch  # deferred: torch
     device = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() and \
         torch.distributed.get_backend() == "nccl" else "cpu"
     return train(rank, world, cfg, device)
@@ -127,14 +133,13 @@ def ddp_worker(rank: int, world: int, cfg: TrainConfig) -> dict:
 def run_ddp(world: int, cfg: TrainConfig, backend: str | None = None) -> dict:
     """Train with ``world`` local processes (world 1: in this process, no DDP); rank 0's result."""
     if world == 1:
-        import torch
+        import torch  # deferred: torch
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
             return train(0, 1, cfg)
         finally:
             torch.set_num_threads(threads)
-    from labkit.parallel.launch import launch
     return launch(ddp_worker, world, cfg, backend=backend)[0]
 
 
@@ -162,9 +167,7 @@ class BucketedDDP:
     """
 
     def __init__(self, model, bucket_cap_bytes: float):
-        import torch.distributed as dist
-
-        from labkit.parallel.dp_sim import make_buckets
+        import torch.distributed as dist  # deferred: torch
         self.model = model
         self.world = dist.get_world_size()
         for t in list(model.parameters()) + list(model.buffers()):
@@ -179,8 +182,8 @@ class BucketedDDP:
                 p.register_post_accumulate_grad_hook(lambda p, k=k: self._grad_ready(k))
 
     def _grad_ready(self, k: int) -> None:
-        import torch
-        import torch.distributed as dist
+        import torch  # deferred: torch
+        import torch.distributed as dist  # deferred: torch
         self.ready[k] += 1
         if self.ready[k] == len(self.buckets[k]):
             flat = torch.cat([p.grad.reshape(-1) for p in self.buckets[k]]) / self.world
@@ -204,34 +207,28 @@ BUCKET_LAB_CAP = 1000                   # bytes: 3 buckets of 3, 1 and 2 tensors
 
 
 def bucket_lab_model(seed: int = 0):
-    """The MLP lab 9.4 is checked on (same seed → same weights on every rank)."""
-    import torch
-    from torch import nn
-    torch.manual_seed(seed)
-    dims = BUCKET_LAB_LAYERS
-    layers = []
-    for i in range(len(dims) - 1):
-        layers += [nn.Linear(dims[i], dims[i + 1]), nn.Tanh()]
-    return nn.Sequential(*layers[:-1]).double()
+    """The tanh MLP lab 9.4 is checked on, float64 (same seed → same weights on every rank)."""
+    import torch  # deferred: torch
+    return torch_mlp(BUCKET_LAB_LAYERS, seed, dtype=torch.float64, activation="tanh")
 
 
-def bucket_lab_batch(step: int, world: int, per_rank: int = 4):
+def bucket_lab_batch(step: int, world: int, per_rank: int = 4, seed: int = 0):
     """Step ``step``'s global batch (x, y), the same on every rank; rank r uses rows r·b.."""
-    import torch
-    g = torch.Generator().manual_seed(1000 + step)
+    import torch  # deferred: torch
+    g = torch.Generator().manual_seed(1000 * (seed + 1) + step)
     n = per_rank * world
     x = torch.randn(n, BUCKET_LAB_LAYERS[0], generator=g, dtype=torch.float64)
     y = torch.randn(n, BUCKET_LAB_LAYERS[-1], generator=g, dtype=torch.float64)
     return x, y
 
 
-def bucket_lab_reference_grads(steps: int, world: int, lr: float = 0.1):
+def bucket_lab_reference_grads(steps: int, world: int, lr: float = 0.1, seed: int = 0):
     """Gradients one process gets on the whole global batch, step after step (SGD between)."""
-    import torch
-    model = bucket_lab_model()
+    import torch  # deferred: torch
+    model = bucket_lab_model(seed)
     out = []
     for step in range(steps):
-        x, y = bucket_lab_batch(step, world)
+        x, y = bucket_lab_batch(step, world, seed=seed)
         model.zero_grad(set_to_none=True)
         torch.nn.functional.mse_loss(model(x), y).backward()
         out.append([p.grad.detach().numpy().copy() for p in model.parameters()])
@@ -278,21 +275,18 @@ class _AllReduceSpy:
 
 
 def _run_one(rank: int, world: int, payload: bytes, steps: int, lr: float,
-             spy: "_AllReduceSpy") -> dict:
-    import pickle
-    import traceback
-
-    import torch
+             spy: "_AllReduceSpy", seed: int = 0) -> dict:
+    import torch  # deferred: torch
     spy.calls, spy.phase = [], "setup"
     marks = []
     try:
         cls = pickle.loads(payload)
-        model = bucket_lab_model()
+        model = bucket_lab_model(seed)
         ddp = cls(model, BUCKET_LAB_CAP)
         grads = []
         for step in range(steps):
             spy.step = step
-            x, y = bucket_lab_batch(step, world)
+            x, y = bucket_lab_batch(step, world, seed=seed)
             b = len(x) // world
             model.zero_grad(set_to_none=True)
             loss = torch.nn.functional.mse_loss(model(x[rank * b:(rank + 1) * b]),
@@ -320,52 +314,56 @@ def _run_one(rank: int, world: int, payload: bytes, steps: int, lr: float,
 
 
 def bucket_lab_worker(rank: int, world: int, payloads: list, steps: int = 2,
-                      lr: float = 0.1) -> list:
+                      lr: float = 0.1, seed: int = 0) -> list:
     """Run each class in ``payloads`` (cloudpickled) for ``steps`` DDP steps.
 
     For each: ``{"grads": [[array per parameter] per step], "calls": [...]}`` — every
     ``dist.all_reduce`` call with its size, whether it was issued during ``loss.backward()``
     and whether its handle was waited — or ``{"missing": True}`` / ``{"error": text}``.
     """
-    import torch.distributed as dist
+    import torch.distributed as dist  # deferred: torch
     spy = _AllReduceSpy(dist.all_reduce)
     dist.all_reduce = spy
     try:
-        return [_run_one(rank, world, pl, steps, lr, spy) for pl in payloads]
+        return [_run_one(rank, world, pl, steps, lr, spy, seed) for pl in payloads]
     finally:
         dist.all_reduce = spy.real
 
 
-def run_bucket_lab(classes, world: int = 2, steps: int = 2,
-                   timeout_s: float = 20.0) -> list:
+def run_bucket_lab(classes, world: int = 2, steps: int = 2, timeout_s: float = 20.0,
+                   seed: int = 0) -> list:
     """Ship each class in ``classes`` to ``world`` gloo processes (by value, with
-    cloudpickle) and run it there (:func:`bucket_lab_worker`); one launch for all of them.
+    cloudpickle: :func:`labkit._code.by_value`) and run it there
+    (:func:`bucket_lab_worker`, model and batches seeded by ``seed``); one launch for all.
 
     Returns, per class, the list of per-rank results.
     """
-    import sys
-
-    import cloudpickle
-
-    from labkit.parallel.launch import launch
-    payloads = []
-    for cls in classes:
-        module = getattr(cls, "__module__", "__main__")
-        mod = sys.modules.get(module)
-        by_value = mod is not None and module != "__main__" and not module.startswith("labkit.")
-        if by_value:
-            cloudpickle.register_pickle_by_value(mod)
-        try:
-            payloads.append(cloudpickle.dumps(cls))
-        finally:
-            if by_value:
-                cloudpickle.unregister_pickle_by_value(mod)
-    per_rank = launch(bucket_lab_worker, world, payloads, steps, backend="gloo",
+    payloads = [by_value(cls) for cls in classes]
+    per_rank = launch(bucket_lab_worker, world, payloads, steps, 0.1, seed, backend="gloo",
                       timeout_s=timeout_s, retries=1)
     return [[per_rank[r][i] for r in range(world)] for i in range(len(payloads))]
 
 
 LAST_BUCKET_RUN: list = []      # the per-rank results of the last lab 9.4 check (this kernel)
+
+
+def bucket_lab_results(cls, seed: int = 0) -> list:
+    """Lab 9.4's derive function: run the learner's class ``cls`` in two gloo processes
+    (:func:`run_bucket_lab`) and return the per-rank results as plain data; ``[{"not_class":
+    type name}]`` for something that is not a class. An unwritten class (its constructor
+    raises NotImplementedError where no process group exists) raises at once, without a
+    launch; other errors of that trial construction are ignored (no process group here)."""
+    if not isinstance(cls, type):
+        return [{"not_class": type(cls).__name__}]
+    try:
+        cls(bucket_lab_model(seed), BUCKET_LAB_CAP)
+    except NotImplementedError:
+        raise
+    except Exception:
+        pass
+    results = run_bucket_lab([cls], seed=seed)[0]
+    LAST_BUCKET_RUN[:] = results            # for bucket_timeline() in the same kernel
+    return results
 
 
 @dataclass(frozen=True)
@@ -386,7 +384,6 @@ def bucket_timeline(results: list | None = None, rank: int = 0,
                     step: int = -1) -> BucketTimeline | None:
     """The timeline of one step of a lab 9.4 run (default: the last check's run, rank 0,
     last step); None when there is no successful run to show."""
-    from labkit.parallel.dp_sim import Event
     results = LAST_BUCKET_RUN if results is None else results
     if not results or "marks" not in results[rank] or not results[rank]["marks"]:
         return None
@@ -407,8 +404,8 @@ def bucket_timeline(results: list | None = None, rank: int = 0,
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: reads torchrun's RANK/WORLD_SIZE/LOCAL_RANK; none means one process."""
-    import torch
-    import torch.distributed as dist
+    import torch  # deferred: torch
+    import torch.distributed as dist  # deferred: torch
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for f, v in asdict(TrainConfig()).items():
         p.add_argument("--" + f.replace("_", "-"), type=type(v), default=v)

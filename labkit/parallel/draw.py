@@ -6,12 +6,13 @@ from typing import Sequence
 
 import numpy as np
 
+from labkit import validate as V
 from labkit.parallel.collectives import CollectiveRun, coverage
 from labkit.parallel.cost import ALGORITHMS, POW2_ONLY, collective_time
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # deferred: matplotlib
     import matplotlib.pyplot as plt
     matplotlib.rcParams.setdefault("figure.dpi", 90)
     return plt
@@ -202,7 +203,7 @@ def plot_timeline(step, title: str | None = None, colors: dict | None = None):
     events = list(getattr(step, "events", ()))
     if not events:
         raise ValueError("plot_timeline needs a result with at least one event in .events")
-    from matplotlib.colors import to_hex
+    from matplotlib.colors import to_hex  # deferred: matplotlib
     palette = dict(TIMELINE_COLORS, **(colors or {}))
     lanes, kinds = [], {}
     for e in events:
@@ -283,7 +284,6 @@ def plot_compression(results):
 
 def demo_data(world: int, per_rank: int | None = None, seed: int = 0) -> list[np.ndarray]:
     """Small integer-valued float32 vectors, one per rank (for pictures and widgets)."""
-    from labkit import validate as V
     world = V.integer("world", world, low=1)
     n = 2 * world if per_rank is None else V.integer("per_rank", per_rank, low=1)
     rng = np.random.default_rng(seed)

@@ -6,11 +6,21 @@ initialises a process group (gloo on CPU, NCCL when every rank can have its own 
 port the operating system picked as free (bind port 0), calls ``fn(rank, world, *args)``
 in each and returns the per-rank results. ``fn`` must be importable (defined in a module,
 not in a notebook cell), because spawned processes import it by name.
+
+:class:`WorkerPool` keeps such a group alive and runs one job after another in it, so a
+notebook pays the start (seconds: two interpreters importing torch) once, not once per real
+run; :func:`pool_run` uses one shared pool per world size. A learner's class or function
+(defined in a notebook cell) travels to the workers as :func:`labkit._code.by_value` bytes.
 """
 from __future__ import annotations
 
+import atexit
+import importlib
 import os
+import pickle
+import queue as queue_mod
 import socket
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -20,7 +30,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from labkit import validate as V
-from labkit.parallel.cost import cost_terms
+from labkit.parallel.cost import collective_time, cost_terms
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -33,26 +43,34 @@ def free_port(host: str = "127.0.0.1") -> int:
 def default_backend(world: int = 1) -> str:
     """"nccl" when there is a CUDA GPU for each of ``world`` ranks (NCCL refuses two ranks
     on one GPU) and NCCL is built in, else "gloo"."""
-    import torch
-    import torch.distributed as dist
+    import torch  # deferred: torch
+    import torch.distributed as dist  # deferred: torch
     if torch.cuda.is_available() and dist.is_nccl_available() and \
             torch.cuda.device_count() >= world:
         return "nccl"
     return "gloo"
 
 
-def _worker(rank: int, world: int, port: int, backend: str, threads: int, timeout_s: float,
-            fn: Callable, args: tuple, queue) -> None:
+def _join_group(rank: int, world: int, port: int, backend: str, threads: int,
+                timeout_s: float) -> None:
+    """In a spawned rank: the environment ``torchrun`` sets, ``threads`` torch threads, this
+    rank's GPU (NCCL), then the process group."""
+    import torch  # deferred: torch
+    import torch.distributed as dist  # deferred: torch
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    torch.set_num_threads(threads)
+    if backend == "nccl":
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    dist.init_process_group(backend, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=timeout_s))
+
+
+def _worker(rank: int, world: int, port: int, backend: str, threads: int, timeout_s: float,
+            fn: Callable, args: tuple, queue) -> None:
     try:
-        import torch
-        import torch.distributed as dist
-        torch.set_num_threads(threads)
-        if backend == "nccl":
-            torch.cuda.set_device(rank % torch.cuda.device_count())
-        dist.init_process_group(backend, rank=rank, world_size=world,
-                                timeout=timedelta(seconds=timeout_s))
+        import torch.distributed as dist  # deferred: torch
+        _join_group(rank, world, port, backend, threads, timeout_s)
         try:
             result = fn(rank, world, *args)
             dist.barrier()   # tear down together: gloo can abort a rank whose peer left first
@@ -73,9 +91,7 @@ def launch(fn: Callable, world: int, *args: Any, backend: str | None = None,
     with other programs) or no result comes within ``timeout_s`` + 30 s, the processes are
     killed and the launch is retried ``retries`` times on a new port.
     """
-    import queue as queue_mod
-
-    import torch.multiprocessing as mp
+    import torch.multiprocessing as mp  # deferred: torch
     world = V.integer("world", world, low=1)
     threads = V.integer("threads", threads, low=1)
     timeout_s = V.positive("timeout_s", timeout_s)
@@ -85,7 +101,7 @@ def launch(fn: Callable, world: int, *args: Any, backend: str | None = None,
     backend = backend or default_backend(world)
     V.one_of("backend", backend, ("gloo", "nccl"))
     if backend == "nccl":
-        import torch
+        import torch  # deferred: torch
         if torch.cuda.device_count() < world:
             raise ValueError(f"backend 'nccl' needs one CUDA GPU per rank (world={world}, "
                              f"GPUs={torch.cuda.device_count()}); use backend='gloo'")
@@ -134,6 +150,209 @@ def launch(fn: Callable, world: int, *args: Any, backend: str | None = None,
     raise AssertionError("unreachable")
 
 
+# ---- a pool of workers that stays up ------------------------------------------------------
+
+def _watch_parent(parent: int) -> None:
+    """Exit when the process that started this worker is gone (its parent changes): a pool
+    left behind by a killed notebook or grader must not outlive it."""
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def _preload(modules) -> None:
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            pass
+
+
+def _pool_worker(rank: int, world: int, port: int, backend: str, threads: int,
+                 timeout_s: float, inbox, outbox, parent: int, preload=()) -> None:
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    try:
+        import torch.distributed as dist  # deferred: torch
+        _join_group(rank, world, port, backend, threads, timeout_s)
+        outbox.put((None, rank, True, "ready"))
+        if preload:         # imported while the worker waits for its first job
+            threading.Thread(target=_preload, args=(tuple(preload),), daemon=True).start()
+    except BaseException:
+        outbox.put((None, rank, False, traceback.format_exc()))
+        return
+    while True:
+        item = inbox.get()
+        if item is None:
+            break
+        job, payload = item
+        try:
+            fn, args = pickle.loads(payload)
+            result = fn(rank, world, *args)
+            dist.barrier()
+            outbox.put((job, rank, True, result))
+        except BaseException:
+            outbox.put((job, rank, False, traceback.format_exc()))
+            break           # the group may be half-way through a collective: stop
+    try:
+        dist.destroy_process_group()
+    except Exception:
+        pass
+
+
+class WorkerPool:
+    """``world`` processes joined by one process group, kept alive to run many jobs.
+
+    :meth:`run` sends ``fn(rank, world, *args)`` to every rank (``fn`` importable, ``args``
+    picklable: ship a learner's code as :func:`labkit._code.by_value` bytes) and returns the per-rank
+    results. A job that raises, or gives no result within its time limit, closes the pool
+    (a rank may be stuck in a collective) and raises RuntimeError; the next
+    :func:`pool_run` starts a new one. Workers exit on their own when this process ends.
+    """
+
+    def __init__(self, world: int = 2, backend: str = "gloo", threads: int = 1,
+                 timeout_s: float = 60.0, start_timeout_s: float = 120.0, *,
+                 wait: bool = True, preload=()):
+        import torch.multiprocessing as mp  # deferred: torch
+        self.world = V.integer("world", world, low=1)
+        self.backend = V.one_of("backend", backend, ("gloo",))
+        threads = V.integer("threads", threads, low=1)
+        timeout_s = V.positive("timeout_s", timeout_s)
+        ctx = mp.get_context("spawn")
+        self.inbox = [ctx.Queue() for _ in range(self.world)]
+        self.outbox = ctx.Queue()
+        self.jobs = 0
+        self.owner = os.getpid()
+        port = free_port()
+        self.procs = [ctx.Process(target=_pool_worker,
+                                  args=(r, self.world, port, backend, threads, timeout_s,
+                                        self.inbox[r], self.outbox, os.getpid(),
+                                        tuple(preload)),
+                                  daemon=True) for r in range(self.world)]
+        for p in self.procs:
+            p.start()
+        self.ready = False
+        self.start_timeout_s = start_timeout_s
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Block until every worker has joined the process group (RuntimeError if one
+        failed to, after closing the pool)."""
+        if self.ready:
+            return
+        try:
+            self._collect(None, self.start_timeout_s)
+        except RuntimeError:
+            self.close()
+            raise
+        self.ready = True
+
+    @property
+    def alive(self) -> bool:
+        """Every worker is running (False in a forked child: the pool is its parent's)."""
+        return self.owner == os.getpid() and all(p.is_alive() for p in self.procs)
+
+    def _collect(self, job, timeout_s: float) -> list[Any]:
+        results: dict[int, Any] = {}
+        errors: dict[int, str] = {}
+        deadline = time.monotonic() + timeout_s
+        while len(results) + len(errors) < self.world:
+            try:
+                got, rank, ok, value = self.outbox.get(timeout=0.2)
+            except queue_mod.Empty:
+                dead = [r for r, p in enumerate(self.procs) if not p.is_alive()
+                        and r not in results and r not in errors]
+                if dead and self.outbox.empty():
+                    for r in dead:
+                        errors[r] = f"process exited with code {self.procs[r].exitcode}"
+                    break
+                if time.monotonic() > deadline:
+                    errors[-1] = f"no result within {timeout_s:.0f} s"
+                    break
+                continue
+            if got != job:
+                continue                    # a late reply to an earlier job
+            (results if ok else errors)[rank] = value
+        if errors:
+            text = "\n".join(f"rank {r}:\n{e}" for r, e in sorted(errors.items()))
+            raise RuntimeError(f"distributed run failed ({self.backend}, "
+                               f"world={self.world}):\n{text}")
+        return [results[r] for r in range(self.world)]
+
+    def run(self, fn: Callable, *args: Any, timeout_s: float = 60.0) -> list[Any]:
+        """``fn(rank, world, *args)`` on every rank; the results in rank order."""
+        if not callable(fn):
+            raise TypeError(f"fn must be a function, got {type(fn).__name__}")
+        timeout_s = V.positive("timeout_s", timeout_s)
+        if not self.alive:
+            raise RuntimeError("the worker pool is closed")
+        self.wait_ready()
+        self.jobs += 1
+        payload = pickle.dumps((fn, args))
+        for q in self.inbox:
+            q.put((self.jobs, payload))
+        try:
+            return self._collect(self.jobs, timeout_s)
+        except RuntimeError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self.owner != os.getpid():
+            return
+        for q in self.inbox:
+            try:
+                q.put(None)
+            except Exception:
+                pass
+        for p in self.procs:
+            p.join(timeout=2)
+            if p.is_alive():
+                p.kill()
+                p.join()
+
+
+_POOLS: dict[int, WorkerPool] = {}
+
+
+def pool_start(world: int, preload=()) -> WorkerPool:
+    """This process's shared pool of ``world`` gloo ranks, started in the background if there
+    is none (the workers then import ``preload`` while they wait); returns at once."""
+    world = V.integer("world", world, low=1)
+    pool = _POOLS.get(world)
+    if pool is None or not pool.alive:
+        pool = _POOLS[world] = WorkerPool(world, wait=False, preload=preload)
+    return pool
+
+
+def pool_run(fn: Callable, world: int, *args: Any, timeout_s: float = 60.0) -> list[Any]:
+    """``fn(rank, world, *args)`` in this process's shared gloo pool of ``world`` ranks
+    (started on first use, restarted after a failed job); the results in rank order."""
+    pool = pool_start(world)
+    try:
+        pool.wait_ready()
+    except RuntimeError as exc:                     # the free port was taken: once more
+        _POOLS.pop(pool.world, None)
+        if "address already in use" not in str(exc).lower():
+            raise
+        pool = pool_start(world)
+    try:
+        return pool.run(fn, *args, timeout_s=timeout_s)
+    except RuntimeError:
+        _POOLS.pop(pool.world, None)
+        raise
+
+
+def close_pools() -> None:
+    """Stop every shared pool (also done when this process exits)."""
+    while _POOLS:
+        _POOLS.popitem()[1].close()
+
+
+atexit.register(close_pools)
+
+
 # ---- all-reduce: correctness and timing ------------------------------------------------
 
 def allreduce_worker(rank: int, world: int, sizes: Sequence[int], repeats: int,
@@ -144,10 +363,8 @@ def allreduce_worker(rank: int, world: int, sizes: Sequence[int], repeats: int,
     (an all-reduce is done when the last rank is done), median over ``repeats``; one warm-up
     all-reduce per size first.
     """
-    import time
-
-    import torch
-    import torch.distributed as dist
+    import torch  # deferred: torch
+    import torch.distributed as dist  # deferred: torch
     device = "cuda" if dist.get_backend() == "nccl" else "cpu"
     n = int(sizes[0])
     mine = np.random.default_rng(seed + rank).standard_normal(n).astype(np.float32)
@@ -224,7 +441,6 @@ class AlphaBetaFit:
     seconds: np.ndarray
 
     def predict(self, nbytes) -> np.ndarray:
-        from labkit.parallel.cost import collective_time
         return np.array([collective_time("all_reduce", self.algorithm, float(n), self.world,
                                          alpha=self.alpha, beta=self.beta)
                          for n in np.atleast_1d(nbytes)])
@@ -253,7 +469,7 @@ def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float], world: int
     clamped, so the largest message dominates and α can come out negative on noisy data.
     """
     weighted = V.boolean("weighted", weighted)
-    from scipy.optimize import nnls
+    from scipy.optimize import nnls  # deferred: scipy
     n = V.array("nbytes", nbytes, finite=True)
     t = V.array("seconds", seconds, finite=True)
     world = V.integer("world", world, low=1)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # deferred: matplotlib
     import matplotlib.pyplot as plt
     matplotlib.rcParams.setdefault("figure.dpi", 90)
     return plt
@@ -13,7 +13,7 @@ def plot_schedule(sched, ax=None):
     """Gantt chart of a :class:`~labkit.parallel.pipeline.Schedule`: one row per stage,
     forwards light and backwards dark, each box labelled with its micro-batch."""
     plt = _plt()
-    from matplotlib import cm
+    from matplotlib import cm  # deferred: matplotlib
     if ax is None:
         fig, ax = plt.subplots(figsize=(10, 0.5 * sched.stages + 1.6))
     else:
@@ -79,5 +79,30 @@ def plot_plans(plan_set, top: int = 10):
     ax.set_xlabel("estimated step time (s)")
     ax.set_title(f"best of {len(plan_set.ranked)} plans that fit "
                  f"({len(plan_set.rejected)} rejected)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_capacity_sweep(sweep, ax=None):
+    """:func:`labkit.parallel.moe.capacity_sweep`: dropped assignments and empty buffer
+    slots against the capacity factor, with the factor from which nothing is dropped
+    (max load / mean load) marked; the loads asked of each expert beside."""
+    plt = _plt()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.2))
+    a1.plot(sweep.factors, sweep.dropped, "o-", color="tab:red", label="assignments dropped")
+    a1.plot(sweep.factors, sweep.padding, "s--", color="tab:gray", label="buffer slots empty")
+    a1.axvline(sweep.imbalance, color="k", lw=0.8, ls=":")
+    a1.annotate(f"max/mean load {sweep.imbalance:.2f}", (sweep.imbalance, 0.9),
+                xytext=(4, 0), textcoords="offset points", fontsize=8)
+    a1.set_xlabel("capacity factor")
+    a1.set_ylabel("fraction")
+    a1.set_ylim(0, 1)
+    a1.legend(fontsize=8, loc="center right")
+    a1.set_title(f"top-{sweep.k} routing: drops against padding")
+    a2.bar(range(len(sweep.loads)), sweep.loads, color="tab:blue")
+    a2.axhline(sum(sweep.loads) / len(sweep.loads), color="k", lw=0.8, ls="--")
+    a2.set_xlabel("expert")
+    a2.set_ylabel("tokens asked")
+    a2.set_title(f"load per expert (Switch aux. loss {sweep.aux_loss:.2f}; 1 = balanced)")
     fig.tight_layout()
     return fig

@@ -1,7 +1,7 @@
 """Model parallelism for real: PyTorch's own distributed APIs on 2 CPU processes (gloo).
 
 Each ``*_worker`` runs inside a process group started by
-:func:`labkit.parallel.launch.launch` (free port, spawn) and returns numbers that
+:func:`labkit.parallel.launch.pool_run` (gloo, free port, spawn) and returns numbers that
 :func:`run_all` compares with the same computation in one process:
 
 * tensor parallelism — ``torch.distributed.tensor.parallel.parallelize_module`` with
@@ -20,18 +20,23 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
+from labkit import validate as V
+from labkit.parallel.launch import pool_run
+
 DIM, HIDDEN, BATCH, SEED = 16, 32, 8, 0
 
 
 def _mlp():
-    import torch
+    import torch  # deferred: torch
     torch.manual_seed(SEED)
     return torch.nn.Sequential(torch.nn.Linear(DIM, HIDDEN), torch.nn.Tanh(),
                                torch.nn.Linear(HIDDEN, DIM)).double()
 
 
 def _data():
-    import torch
+    import torch  # deferred: torch
     g = torch.Generator().manual_seed(SEED + 1)
     return (torch.randn(BATCH, DIM, generator=g, dtype=torch.float64),
             torch.randn(BATCH, DIM, generator=g, dtype=torch.float64))
@@ -46,7 +51,7 @@ def _sgd_step(model, lr: float, whole=lambda tensor: tensor) -> dict:
     layer's gradient and both layers' weights after the step, as numpy arrays. ``whole``
     turns a parameter or gradient into the full tensor (``DTensor.full_tensor`` when the
     model is sharded)."""
-    import torch
+    import torch  # deferred: torch
     x, t = _data()
     y = model(x)
     loss = _loss(y, t)
@@ -67,7 +72,7 @@ def reference(lr: float = 0.1) -> dict:
 
 def tp_worker(rank: int, world: int, lr: float = 0.1) -> dict:
     """DTensor tensor parallelism: colwise first linear, rowwise second."""
-    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.device_mesh import init_device_mesh  # deferred: torch
     from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                    parallelize_module)
     mesh = init_device_mesh("cpu", (world,))
@@ -82,7 +87,7 @@ def tp_worker(rank: int, world: int, lr: float = 0.1) -> dict:
 def fsdp_worker(rank: int, world: int, lr: float = 0.1) -> dict:
     """FSDP2 ``fully_shard``: each rank holds a 1/world shard of every parameter and trains
     on its 1/world of the batch; gradients are reduce-scattered and averaged."""
-    import torch
+    import torch  # deferred: torch
     from torch.distributed.fsdp import fully_shard
     model = _mlp()
     for layer in (model[0], model[2]):
@@ -105,7 +110,7 @@ def fsdp_worker(rank: int, world: int, lr: float = 0.1) -> dict:
 def pipeline_worker(rank: int, world: int, microbatches: int = 4) -> dict:
     """``torch.distributed.pipelining``: rank 0 runs Linear+Tanh, rank 1 the last Linear;
     ScheduleGPipe over ``microbatches`` micro-batches computes the loss and gradients."""
-    import torch
+    import torch  # deferred: torch
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
     full = _mlp()
     part = torch.nn.Sequential(full[0], full[1]) if rank == 0 else torch.nn.Sequential(full[2])
@@ -138,7 +143,6 @@ class RealRun:
 
 
 def _err(a, b) -> float:
-    import numpy as np
     return float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
 
 
@@ -177,16 +181,74 @@ def _check_pipeline(res, seconds=0.0, microbatches: int = 4) -> RealRun:
                    f"stage parameters {res[0]['stage_params']} + {res[1]['stage_params']}")
 
 
-def run_all(world: int = 2, microbatches: int = 4, timeout_s: float = 120.0) -> list[RealRun]:
-    """The three real runs in ``world`` = 2 gloo processes (one launch), each compared with
-    :func:`reference`; ``seconds`` is the time inside the process group, start-up excluded."""
-    from labkit import validate as V
-    from labkit.parallel.launch import launch
+def _microbatches(world, microbatches):
     w = V.integer("world", world, low=2, high=2)
     mb = V.integer("microbatches", microbatches, low=1)
     V.divides("microbatches", mb, "BATCH", BATCH)
-    res = launch(all_worker, w, mb, backend="gloo", timeout_s=timeout_s)
+    return w, mb
+
+
+def run_all(world: int = 2, microbatches: int = 4, timeout_s: float = 120.0) -> list[RealRun]:
+    """The three real runs in ``world`` = 2 gloo processes (the shared pool,
+    :func:`labkit.parallel.launch.pool_run`), each compared with :func:`reference`;
+    ``seconds`` is the time inside the process group, start-up excluded."""
+    w, mb = _microbatches(world, microbatches)
+    res = pool_run(all_worker, w, mb, timeout_s=timeout_s)
     secs = {k: max(r[k]["seconds"] for r in res) for k in ("tp", "fsdp", "pipeline")}
     return [_check_tp([r["tp"] for r in res], secs["tp"]),
             _check_fsdp([r["fsdp"] for r in res], secs["fsdp"]),
             _check_pipeline([r["pipeline"] for r in res], secs["pipeline"], mb)]
+
+
+def pipeline_timed(rank: int, world: int, microbatches: int) -> dict:
+    t0 = time.perf_counter()
+    out = pipeline_worker(rank, world, microbatches)
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def run_pipeline(world: int = 2, microbatches: int = 4, timeout_s: float = 120.0) -> RealRun:
+    """The pipeline run alone (``torch.distributed.pipelining``, ScheduleGPipe) in the shared
+    pool, compared with :func:`reference`."""
+    w, mb = _microbatches(world, microbatches)
+    res = pool_run(pipeline_timed, w, mb, timeout_s=timeout_s)
+    return _check_pipeline(res, max(r["seconds"] for r in res), mb)
+
+
+# ---- references of the chapter's PyTorch labs (10.7, 10.8) -----------------------------
+
+def megatron_plan(sequence_parallel: bool = False) -> dict:
+    """The ``parallelize_module`` plan of :class:`labkit.parallel.tp_lab.LabBlock`
+    (norm1 → attn(wq, wk, wv, wo) → +, norm2 → mlp(up, down) → +), Megatron-LM's split
+    (Shoeybi et al. 2019 §3): Q, K, V and the MLP's first layer column-parallel, the
+    attention output and the MLP's second layer row-parallel, so each half of the block
+    ends in one all-reduce. With ``sequence_parallel`` (Korthikanti et al. 2022 §4.2.2, the
+    plan torchtitan's ``parallelize_llama`` uses) the layer norms run on a sequence shard
+    (``SequenceParallel``), each half all-gathers its input (``PrepareModuleInput`` from
+    ``Shard(1)`` to ``Replicate()``) and reduce-scatters its output
+    (``RowwiseParallel(output_layouts=Shard(1))``)."""
+    from torch.distributed.tensor import Replicate, Shard  # deferred: torch
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
+                                                   RowwiseParallel, SequenceParallel)
+    plan = {"attn.wq": ColwiseParallel(), "attn.wk": ColwiseParallel(),
+            "attn.wv": ColwiseParallel(), "mlp.up": ColwiseParallel()}
+    if not sequence_parallel:
+        plan.update({"attn.wo": RowwiseParallel(), "mlp.down": RowwiseParallel()})
+        return plan
+    gather = dict(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+    plan.update({"norm1": SequenceParallel(), "norm2": SequenceParallel(),
+                 "attn": PrepareModuleInput(**gather), "mlp": PrepareModuleInput(**gather),
+                 "attn.wo": RowwiseParallel(output_layouts=Shard(1)),
+                 "mlp.down": RowwiseParallel(output_layouts=Shard(1))})
+    return plan
+
+
+def fsdp_wrap(model, mesh):
+    """FSDP2 on :class:`labkit.parallel.fsdp_lab.LabNet`: ``fully_shard`` each block, then the
+    root (which takes the parameters left: the head), bottom-up as the ``fully_shard``
+    docs ask, so a forward all-gathers one block's parameters at a time."""
+    from torch.distributed.fsdp import fully_shard  # deferred: torch
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model

@@ -8,7 +8,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from labkit.controls import dropdown, fixed, float_slider, int_slider, interactive
-from labkit.parallel.planner import GPT3, table1_models
+from labkit.parallel.mp_plots import plot_plans, plot_schedule, plot_zero
+from labkit.parallel.pipeline import KINDS, bubble_formula, pipeline_schedule
+from labkit.parallel.planner import advice, cluster, plan
+from labkit.parallel.planner_cost import GPT3
+from labkit.parallel.planner_table1 import table1_models
+from labkit.parallel.zero import zero_table
 from labkit.show import show
 
 _T1 = [m for m, _, _ in table1_models()]      # Table 1's ten rows, in the paper's order
@@ -28,8 +33,6 @@ def show_schedule(stages: int, microbatches: int, kind: str, chunks: int,
                   t_forward: float, t_backward: float) -> None:
     """Simulate the schedule, print bubble (simulated and the paper's formula) and stash,
     draw the Gantt chart. An impossible combination prints the reason instead."""
-    from labkit.parallel.mp_plots import plot_schedule
-    from labkit.parallel.pipeline import bubble_formula, pipeline_schedule
     v = chunks if kind == "interleaved" else 1
     try:
         s = pipeline_schedule(kind, stages, microbatches, v, t_forward, t_backward)
@@ -40,27 +43,45 @@ def show_schedule(stages: int, microbatches: int, kind: str, chunks: int,
           f"bubble fraction {s.bubble_fraction:.4f} (paper: "
           f"{bubble_formula(kind, stages, microbatches, v):.4f}), idle {s.idle_fraction:.1%}, "
           f"peak stash per stage {list(s.peak_stash)}")
+    if kind != "interleaved":
+        print(f"  (chunks v = {chunks} is ignored: only the interleaved schedule splits a "
+              f"stage into chunks)")
     show(plot_schedule(s))
+
+
+CHUNKS_KIND = "interleaved"   # the one schedule the chunks slider acts on
+
+
+def chunks_follow_kind(widget):
+    """Enable the chunks slider of a :func:`schedule_widget` only while the schedule is
+    interleaved (for GPipe and 1F1B it changes nothing); returns the widget."""
+    by = {c.description: c for c in widget.kwargs_widgets}
+    kind, chunks = by["schedule"], by["chunks v"]
+
+    def sync(_=None):
+        chunks.disabled = kind.value != CHUNKS_KIND
+
+    kind.observe(sync, names="value")
+    sync()
+    return widget
 
 
 def schedule_widget(kind: str = "1f1b", stages: int = 4, microbatches: int = 8,
                     chunks: int = 2, t_forward: float = 1.0, t_backward: float = 2.0):
-    """Stages (first slider), micro-batches, schedule, chunks, t_f, t_b → Gantt chart."""
-    from labkit.parallel.pipeline import KINDS
-    return interactive(
+    """Stages (first slider), micro-batches, schedule, chunks (enabled for the interleaved
+    schedule only), t_f, t_b → Gantt chart."""
+    return chunks_follow_kind(interactive(
         show_schedule,
         stages=int_slider("stages", stages, 1, 8, "stages p"),
         microbatches=int_slider("microbatches", microbatches, 1, 32, "micro-batches m"),
         kind=dropdown("kind", kind, KINDS, "schedule"),
         chunks=int_slider("chunks", chunks, 1, 4, "chunks v"),
         t_forward=float_slider("t_forward", t_forward, 0.25, 4, 0.25, "t_f"),
-        t_backward=float_slider("t_backward", t_backward, 0.25, 4, 0.25, "t_b"))
+        t_backward=float_slider("t_backward", t_backward, 0.25, 4, 0.25, "t_b")))
 
 
 def show_zero(log10_params: float, dp: int) -> None:
     """Per-GPU model states and per-step traffic of DDP, ZeRO-1/2/3 and FSDP."""
-    from labkit.parallel.mp_plots import plot_zero
-    from labkit.parallel.zero import zero_table
     psi = int(round(10 ** log10_params))
     rows = zero_table(psi, dp)
     print(f"Ψ = {psi:,} parameters, dp = {dp}, mixed-precision Adam (16 bytes/parameter)")
@@ -81,8 +102,6 @@ def zero_widget(log10_params: float = 9.0, dp: int = 8):
 def show_plans(nodes: int, model: str, gpu: str, top: int = 8) -> None:
     """Plan ``model`` on ``nodes`` × :data:`GPUS_PER_NODE` GPUs: print the best plans and
     why the others fail."""
-    from labkit.parallel.mp_plots import plot_plans
-    from labkit.parallel.planner import cluster, plan
     gm = replace(MODELS[model], name=model)
     cl = cluster(gpu, nodes * GPUS_PER_NODE, GPUS_PER_NODE)
     ps = plan(gm, cl)
@@ -96,7 +115,8 @@ def show_plans(nodes: int, model: str, gpu: str, top: int = 8) -> None:
     if ps.ranked:
         show(plot_plans(ps, top))
     else:
-        print("  nothing fits: add GPUs, or a bigger-memory GPU")
+        for line in advice(ps):
+            print(f"  nothing fits: {line}")
 
 
 def planner_widget(nodes: int = 16, model: str = "GPT-3 175B (Brown et al. 2020)",

@@ -102,6 +102,22 @@ def bubble_formula(kind: str, stages: int, microbatches: int, chunks: int = 1) -
     return (p - 1) / (v * m)
 
 
+def peak_stash(kind: str, stages: int, microbatches: int, stage: int = 0,
+               chunks: int = 1) -> int:
+    """Most forwards stage ``stage`` holds at once (chunk-forwards when interleaved), read off
+    its order (:func:`stage_order`) without simulating: GPipe m; 1F1B min(p - s, m) (its
+    p - s - 1 warm-up forwards, capped at m, and one more); interleaved
+    min((p - s - 1)·2 + (v - 1)·p + 1, v·m) (Megatron-LM's warm-up, plus one). Each
+    interleaved chunk-forward holds 1/v of a stage's layers."""
+    kind, p, m, v, _, _ = _check(kind, stages, microbatches, chunks, 1.0, 1.0)
+    s = V.integer("stage", stage, low=0, high=p - 1)
+    if kind == "gpipe":
+        return m
+    if kind == "1f1b":
+        return min(p - s, m)
+    return min((p - s - 1) * 2 + (v - 1) * p + 1, v * m)
+
+
 def stage_order(kind: str, stages: int, microbatches: int, stage: int,
                 chunks: int = 1) -> list[tuple[str, int, int]]:
     """The order stage ``stage`` runs its tasks in: a list of (kind, micro-batch, chunk)."""

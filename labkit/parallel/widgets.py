@@ -40,7 +40,7 @@ def collective_widget(world: int = 4, algorithm: str = "ring"):
                     algorithm=dropdown("algorithm", algorithm, ALLREDUCE_ALGORITHMS,
                                        "algorithm"),
                     step=int_slider("step", 0, 0, MAX_STEP, "step"))
-    import ipywidgets as W
+    import ipywidgets as W  # deferred: ipywidgets
     w = {name: c.build() for name, c in controls.items()}
     play = W.Play(min=0, max=MAX_STEP, interval=900, description="animate")
     W.jslink((play, "value"), (w["step"], "value"))

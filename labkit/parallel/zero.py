@@ -34,7 +34,7 @@ _STAGE = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3}
 
 
 @dataclass(frozen=True)
-class Traffic:
+class ZeroTraffic:
     """Per-rank elements sent in one step, by collective, from the simulated logs."""
     strategy: str
     dp: int
@@ -71,7 +71,7 @@ def _check_strategy(strategy):
     return V.one_of("strategy", strategy, STRATEGIES)
 
 
-def step_traffic(strategy: str, num_params: int, dp: int, *, probe: int = 8) -> Traffic:
+def step_traffic(strategy: str, num_params: int, dp: int, *, probe: int = 8) -> ZeroTraffic:
     """Elements each rank sends in one step of ``strategy`` with Ψ = ``num_params``.
 
     Runs the collectives of one step on a float64 vector of ``dp·probe`` elements (ring
@@ -96,7 +96,7 @@ def step_traffic(strategy: str, num_params: int, dp: int, *, probe: int = 8) -> 
         else:
             ops.append(("reduce-scatter gradients", _sent_per_rank(rs) * scale))
             ops.append(("all-gather updated parameters", _sent_per_rank(ag) * scale))
-    return Traffic(strategy, d, psi, tuple(ops))
+    return ZeroTraffic(strategy, d, psi, tuple(ops))
 
 
 def zero_table(num_params: int, dp: int, precision: str = "mixed", optimizer: str = "adam",
@@ -144,3 +144,56 @@ def zero_sgd_step(params, grads, lr: float, strategy: str = "zero3") -> tuple[np
         sent += _sent_per_rank(ag)
         return ag.outputs[0], sent
     return np.concatenate(new), sent      # ZeRO-3 keeps shards; the next step gathers them
+
+
+class ZeroAdam:
+    """ZeRO stage 1 for Adam over ``torch.distributed`` (Rajbhandari et al. SC'20 §5.1,
+    P_os; the sharded optimizer of CS336's assignment 2): rank r keeps Adam's moments only
+    for shard r of the flattened parameters.
+
+    ``step()`` (after ``loss.backward()``, each rank's ``p.grad`` the mean over its own rows):
+    flatten the gradients, padded to p·⌈N/p⌉ elements; ``reduce_scatter_single`` them, so
+    rank r receives the sum of shard r, and divide by p (the mean over ranks); update shard
+    r with Adam — ``torch.optim.Adam``'s rule, L2 weight decay added to the gradient
+    (``torch/optim/adam.py``): g += λw, m = β₁m + (1-β₁)g, v = β₂v + (1-β₂)g²,
+    w -= lr·m̂/(√v̂ + ε) with m̂ = m/(1-β₁ᵗ), v̂ = v/(1-β₂ᵗ); then ``all_gather_single``
+    the updated shards and copy them back into the parameters. Each rank holds 2⌈N/p⌉
+    state elements instead of Adam's 2N; it sends what DDP's all-reduce sends (a
+    reduce-scatter and an all-gather, §7)."""
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0):
+        import torch  # deferred: torch
+        import torch.distributed as dist
+        self.params = list(params)
+        self.lr, self.betas, self.eps, self.weight_decay = lr, tuple(betas), eps, weight_decay
+        self.world, self.rank = dist.get_world_size(), dist.get_rank()
+        self.numel = sum(p.numel() for p in self.params)
+        self.shard = -(-self.numel // self.world)
+        self.m = torch.zeros(self.shard, dtype=self.params[0].dtype)
+        self.v = torch.zeros_like(self.m)
+        self.t = 0
+
+    def step(self) -> None:
+        import torch  # deferred: torch
+        import torch.distributed as dist
+        n, s, p = self.numel, self.shard, self.world
+        flat = torch.zeros(s * p, dtype=self.m.dtype)
+        flat[:n] = torch.cat([q.grad.reshape(-1) for q in self.params])
+        g = torch.empty(s, dtype=self.m.dtype)
+        dist.reduce_scatter_single(g, flat)
+        g /= p
+        flat[:n] = torch.cat([q.detach().reshape(-1) for q in self.params])
+        w = flat[self.rank * s:(self.rank + 1) * s].clone()
+        g += self.weight_decay * w
+        (b1, b2), self.t = self.betas, self.t + 1
+        self.m.mul_(b1).add_(g, alpha=1 - b1)
+        self.v.mul_(b2).addcmul_(g, g, value=1 - b2)
+        w -= self.lr * (self.m / (1 - b1 ** self.t)) / (
+            (self.v / (1 - b2 ** self.t)).sqrt() + self.eps)
+        dist.all_gather_single(flat, w)
+        with torch.no_grad():
+            offset = 0
+            for q in self.params:
+                q.copy_(flat[offset:offset + q.numel()].view_as(q))
+                offset += q.numel()

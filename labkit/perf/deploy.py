@@ -14,12 +14,17 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from labkit import validate as v
+from labkit.perf.frameworks import onnx_session
+from labkit.perf.metrics import accuracy, top1_accuracy
+from labkit.timing import benchmark, threads
 
 
 def state_bytes(model) -> int:
     """Bytes of ``torch.save(model.state_dict())`` — the file you would ship."""
-    import torch
+    import torch  # deferred: torch
 
     buf = io.BytesIO()
     with warnings.catch_warnings():
@@ -35,11 +40,11 @@ def quantize_int8(model):
     copy is put in eval mode). ``torch.ao.quantization`` is deprecated in favour of torchao
     (its warning announces removal) but still present in torch 2.13; the deprecation
     warnings are silenced here."""
-    import torch
+    import torch  # deferred: torch
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from torch.ao.quantization import quantize_dynamic
+        from torch.ao.quantization import quantize_dynamic  # deferred: torch
         return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
 
 
@@ -63,7 +68,7 @@ def fp32_linear_bytes(layers) -> int:
 
 def export_program(model, in_features: int = 64):
     """``torch.export.export`` of ``model`` with a dynamic batch dimension."""
-    import torch
+    import torch  # deferred: torch
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -96,12 +101,7 @@ class Variant:
 def variants(model, x_test, y_test, workdir: str | Path, requests: int = 100) -> list[Variant]:
     """fp32 eager, int8 dynamic (eager), fp32 ONNX Runtime (if installed): size, median
     single-request latency (one thread) and test accuracy."""
-    import numpy as np
-    import torch
-
-    from labkit.perf.frameworks import onnx_session
-    from labkit.perf.metrics import accuracy, top1_accuracy
-    from labkit.perf.timing import benchmark, threads
+    import torch  # deferred: torch
 
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)

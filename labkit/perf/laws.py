@@ -5,11 +5,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from labkit import validate
+
 
 def _numbers(name: str, value) -> np.ndarray:
     """A number or a numeric array, as floats (a clear error for anything else)."""
-    from labkit import validate
-
     if isinstance(value, (list, tuple, np.ndarray)):
         return validate.array(name, value)
     return np.asarray(validate.number(name, value, finite=False))

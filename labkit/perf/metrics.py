@@ -22,24 +22,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit import validate as v
+from labkit.data import batches, load_digits
+from labkit.memory.measure import saved_tensor_bytes
+from labkit.perf.ops import count_ops
+from labkit.timing import Timing, benchmark, threads
+from labkit.torch_models import digits_cnn, torch_mlp
 
 
 # ---------------------------------------------------------------- models and training
 def digits_mlp(seed: int = 0, hidden: int = 128):
     """64 → hidden → 10 MLP (ReLU), seeded."""
-    from labkit.torch_models import torch_mlp
     return torch_mlp((64, v.integer("hidden", hidden, low=1), 10), seed=seed)
-
-
-def digits_cnn(seed: int = 0):
-    """A small CNN on the 8×8 digits: conv(1→16) ReLU, conv(16→32) ReLU, pool, linear."""
-    import torch
-    from torch import nn
-
-    torch.manual_seed(v.integer("seed", seed, low=0))
-    return nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
-                         nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Flatten(), nn.Linear(32 * 4 * 4, 10))
 
 
 MODELS = {"mlp": digits_mlp, "cnn": digits_cnn}
@@ -58,10 +51,8 @@ class Trained:
 def train(name: str = "mlp", seed: int = 0, epochs: int = 8, batch_size: int = 64,
           lr: float = 3e-3, data=None) -> Trained:
     """Train ``name`` ("mlp" or "cnn") on the digits with Adam; report test accuracy."""
-    import torch
+    import torch  # deferred: torch
     from torch import nn
-
-    from labkit.data import batches, load_digits
 
     name = v.one_of("name", name, tuple(MODELS))
     seed = v.integer("seed", seed, low=0)
@@ -71,7 +62,6 @@ def train(name: str = "mlp", seed: int = 0, epochs: int = 8, batch_size: int = 6
     opt = torch.optim.Adam(model.parameters(), lr=v.positive("lr", lr))
     xt, yt = torch.from_numpy(data.x_train), torch.from_numpy(data.y_train)
     rng = np.random.default_rng(seed)
-    from labkit.perf.timing import threads
 
     with threads(1):
         t0 = time.perf_counter()
@@ -100,53 +90,28 @@ def top1_accuracy(scores, labels) -> float:
 
 def accuracy(model, x, y) -> float:
     """Top-1 accuracy of a torch ``model`` on ``x`` against the labels ``y``."""
-    import torch
+    import torch  # deferred: torch
 
     with torch.no_grad():
         return top1_accuracy(model(torch.as_tensor(x)).numpy(), y)
 
 
 # ------------------------------------------------------------------ speed metrics
-@dataclass(frozen=True)
-class Latency:
-    samples: tuple[float, ...]        # seconds per request
-
-    def p(self, q: float) -> float:
-        from labkit.perf.stats import percentile
-        return percentile(self.samples, q)
-
-    @property
-    def p50(self) -> float:
-        return self.p(50)
-
-    @property
-    def p95(self) -> float:
-        return self.p(95)
-
-    @property
-    def p99(self) -> float:
-        return self.p(99)
-
-
-def latency(model, x, requests: int = 200, warmup: int = 10) -> Latency:
-    """Latency of single requests (batch of one row of ``x`` each), one sample per request."""
-    import torch
-
-    from labkit.perf.timing import benchmark
+def latency(model, x, requests: int = 200, warmup: int = 10) -> Timing:
+    """Latency of single requests (batch of one row of ``x`` each), one sample per request:
+    a :class:`labkit.timing.Timing` (its ``p50``, ``p95``, ``p99`` are the percentiles)."""
+    import torch  # deferred: torch
 
     requests = v.integer("requests", requests, low=2)
     x = torch.as_tensor(x)
     row = x[:1]
     with torch.no_grad():
-        t = benchmark(lambda: model(row), repeats=requests, warmup=warmup)
-    return Latency(t.samples)
+        return benchmark(lambda: model(row), repeats=requests, warmup=warmup)
 
 
 def throughput(model, x, batch: int = 256, repeats: int = 5) -> float:
     """Inference samples per second at ``batch`` (median over ``repeats``)."""
-    import torch
-
-    from labkit.perf.timing import benchmark
+    import torch  # deferred: torch
 
     batch = v.integer("batch", batch, low=1)
     xb = torch.as_tensor(x)[:batch]
@@ -166,9 +131,7 @@ def saved_activation_bytes(model, x) -> int:
     counted by :func:`labkit.memory.measure.saved_tensor_bytes` (each storage once;
     parameters that are saved are not counted: they live in the model anyway). Leaves
     ``model`` in eval mode."""
-    import torch
-
-    from labkit.memory.measure import saved_tensor_bytes
+    import torch  # deferred: torch
 
     model.train()
     try:
@@ -190,9 +153,7 @@ def mfu(forward_flops_per_sample: float, samples_per_s: float, peak: float,
 
 def forward_flops(model, x) -> float:
     """Forward FLOPs of ``model`` on ``x`` (labkit.perf.ops.count_ops)."""
-    import torch
-
-    from labkit.perf.ops import count_ops
+    import torch  # deferred: torch
 
     with torch.no_grad():
         return count_ops(lambda: model(torch.as_tensor(x))).flops
@@ -252,21 +213,3 @@ def stability(name: str = "mlp", seeds=(0, 1, 2), epochs: int = 8, data=None):
     """Test accuracies of ``name`` trained from several seeds: (mean, std, accuracies)."""
     accs = [train(name, s, epochs, data=data).test_accuracy for s in seeds]
     return float(np.mean(accs)), float(np.std(accs, ddof=1)) if len(accs) > 1 else 0.0, accs
-
-
-def format_reproduction(published: dict, reproduced: dict | None, label: str,
-                        unit: str) -> str:
-    """A paper's numbers against ours, one line per key of ``published``: the paper's value,
-    ours (NaN while ``reproduced`` is None, e.g. an exercise not done yet) and the relative
-    difference |ours − paper| / paper (chapter 12: reproduce ZeRO's Figure 1)."""
-    if not isinstance(published, dict) or not published:
-        raise TypeError(f"published must be a non-empty dict of key -> value, got {published!r}")
-    if reproduced is not None and not isinstance(reproduced, dict):
-        raise TypeError(f"reproduced must be a dict or None, got {type(reproduced).__name__}")
-    lines = []
-    for key, paper in published.items():
-        paper = v.positive(f"published[{key!r}]", paper)
-        ours = float(reproduced[key]) if reproduced else float("nan")
-        lines.append(f"{label} {key}: paper {paper:6.1f} {unit} | labkit {ours:7.2f} {unit} | "
-                     f"difference {abs(ours - paper) / paper:.1%}")
-    return "\n".join(lines)

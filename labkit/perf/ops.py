@@ -43,6 +43,7 @@ class OpCount:
 @dataclass(frozen=True)
 class OpCounts:
     ops: tuple[OpCount, ...]
+    sequence: tuple[OpCount, ...] = ()      # every call in dispatch order (calls = 1 each)
 
     @property
     def flops(self) -> float:
@@ -65,7 +66,7 @@ class OpCounts:
 
 
 def _nbytes(x) -> int:
-    import torch
+    import torch  # deferred: torch
 
     if isinstance(x, torch.Tensor):
         return x.numel() * x.element_size()
@@ -75,7 +76,7 @@ def _nbytes(x) -> int:
 
 
 def _numel(x) -> int:
-    import torch
+    import torch  # deferred: torch
 
     if isinstance(x, torch.Tensor):
         return x.numel()
@@ -86,7 +87,7 @@ def _numel(x) -> int:
 
 def count_ops(fn: Callable[[], object]) -> OpCounts:
     """Run ``fn()`` once and count FLOPs and bytes of every ATen operator it dispatches."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._python_dispatch import TorchDispatchMode  # deferred: torch
     from torch.utils.flop_counter import flop_registry
 
     if not callable(fn):
@@ -115,8 +116,11 @@ def count_ops(fn: Callable[[], object]) -> OpCounts:
             row[0] += 1
             row[1] += flops
             row[2] += moved
+            sequence.append(OpCount(name, 1, float(flops), float(moved)))
             return out
 
+    sequence: list[OpCount] = []
     with Mode():
         fn()
-    return OpCounts(tuple(OpCount(k, c, float(f), float(b)) for k, (c, f, b) in table.items()))
+    return OpCounts(tuple(OpCount(k, c, float(f), float(b)) for k, (c, f, b) in table.items()),
+                    tuple(sequence))

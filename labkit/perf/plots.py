@@ -8,12 +8,12 @@ import numpy as np
 def plot_cnn_batch(curve, point, cpu_runs=(), gpu: str = "", ax=None):
     """Predicted samples/s against batch (``curve``: :func:`labkit.perf.stack.predict_cnn_curve`
     runs), the chosen batch ``point`` marked, and measured CPU runs when given."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 3.6))
     ax.loglog([r.batch for r in curve], [r.samples_per_s for r in curve], "--",
-              label=f"{gpu}: PREDICTED (roofline + launches)")
+              label=f"{gpu}: PREDICTED (roofline + host time per op)")
     ax.plot([point.batch], [point.samples_per_s], "o", color="C0")
     if cpu_runs:
         ax.loglog([r.batch for r in cpu_runs], [r.samples_per_s for r in cpu_runs], "s-",
@@ -26,9 +26,9 @@ def plot_cnn_batch(curve, point, cpu_runs=(), gpu: str = "", ax=None):
 
 
 def plot_noise(est, ax=None):
-    """Histogram of :class:`labkit.perf.stats.NoiseEstimates` samples (ms) with the mean,
+    """Histogram of :class:`labkit.stats.NoiseEstimates` samples (ms) with the mean,
     the median and the median's confidence interval."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 3))
@@ -47,7 +47,7 @@ def plot_deploy(results, budget, ax=None):
     """Size against latency on the target (``budget.slowdown`` × this machine's) of the
     :func:`labkit.perf.deploy.fits` results: ``o`` fits, ``x`` does not; the budget's
     limits dashed."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3))
@@ -67,7 +67,7 @@ def plot_deploy(results, budget, ax=None):
 def plot_amdahl(curve, ax=None):
     """Speedup against workers on log-log axes, with the ideal line and the ceiling
     (``curve``: :func:`labkit.perf.laws.amdahl_curve`)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3.6))
@@ -86,7 +86,7 @@ def plot_amdahl(curve, ax=None):
 def plot_rows(rows, ax=None):
     """Horizontal bars: training step and inference time per implementation (log scale);
     ``rows``: :class:`labkit.perf.frameworks.FrameworkRow`."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
 
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.2))

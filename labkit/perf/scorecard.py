@@ -18,7 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit import validate as v
+from labkit.timing import Timing
+from labkit.data import load_digits
 from labkit.perf import metrics
+from labkit.timing import threads
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,7 @@ class Scorecard:
     """Seed 002's metrics of one trained model (seconds, bytes, FLOPs, samples/s)."""
     trained: metrics.Trained
     throughput: float                 # inference samples/s at ``batch``
-    latency: metrics.Latency          # single requests
+    latency: Timing                   # single requests (p50, p95, p99)
     parameter_bytes: int
     saved_activation_bytes: int       # for backward, one forward pass of ``activation_batch``
     forward_flops: float              # per sample
@@ -66,8 +69,6 @@ def score_model(trained: metrics.Trained, data, peak: float,
     """Measure the metrics of ``trained`` on ``data`` (a :class:`labkit.data.Split`): latency
     of ``requests`` single requests and throughput at ``batch``, both on one thread
     (:class:`labkit.perf.threads`); memory; forward FLOPs; training MFU against ``peak``."""
-    from labkit.perf.timing import threads
-
     if not isinstance(trained, metrics.Trained):
         raise TypeError(f"trained must be a labkit.perf.metrics.Trained, got "
                         f"{type(trained).__name__}")
@@ -94,8 +95,6 @@ def score_models(epochs: dict, peak: float, data=None, seed: int = 0,
     """Train each model of ``epochs`` (name → epochs, e.g. {"mlp": 8, "cnn": 3}) with its
     energy measured, then score it. ``warmup`` first trains the MLP for one epoch, unmeasured,
     so that first-call costs (thread pools, allocator) are not charged to the first model."""
-    from labkit.data import load_digits
-
     if not isinstance(epochs, dict) or not epochs:
         raise TypeError(f"epochs must be a non-empty dict of model name -> epochs, got "
                         f"{epochs!r}")
@@ -150,3 +149,13 @@ def format_scorecards(cards: dict) -> str:
         label = label.format(batch=batch, activation_batch=activation_batch)
         lines.append(f"| {label} | " + " | ".join(value(c) for c in cards.values()) + " |")
     return "\n".join(lines)
+
+
+def format_mfu(cards: dict, peak_name: str) -> str:
+    """One line: each card's training MFU (:attr:`Scorecard.mfu`) and the peak it is
+    against (``peak_name``, e.g. the measured roofline's name, which states its threads)."""
+    if not isinstance(cards, dict) or not cards:
+        raise TypeError(f"cards must be a non-empty dict of name -> Scorecard, got {cards!r}")
+    parts = ", ".join(f"{name.upper()} {c.mfu:.1%}" for name, c in cards.items())
+    peak = next(iter(cards.values())).peak
+    return f"training MFU: {parts} of {peak / 1e9:.1f} GFLOP/s, the peak of {peak_name}"

@@ -2,9 +2,15 @@
 from __future__ import annotations
 
 from labkit.controls import choice_slider, dropdown, fixed, float_slider, int_slider, interactive
-from labkit.kernels.roofline import PRESETS, Roofline
-from labkit.perf.stack import DEFAULT_GPU
+from labkit.hardware import PRESETS, Roofline, datasheet
+from labkit.kernels.plots import plot_roofline
+from labkit.perf.deploy import Budget, Variant, fits
+from labkit.perf.laws import amdahl_curve
+from labkit.perf.plots import plot_amdahl, plot_cnn_batch, plot_deploy, plot_noise
+from labkit.perf.stack import CALIBRATION_GPU, CnnRun, DEFAULT_GPU, predict_cnn, predict_cnn_curve
+from labkit.perf.stack import simplenet_counts
 from labkit.show import show
+from labkit.stats import noise_estimates
 
 GPU_KEYS = tuple(PRESETS)
 
@@ -12,9 +18,6 @@ GPU_KEYS = tuple(PRESETS)
 # ------------------------------------------------------------------ chapter 00
 def show_amdahl(parallel_fraction: float, max_workers: int) -> None:
     """Amdahl's curve for parallel share ``parallel_fraction`` up to ``max_workers``."""
-    from labkit.perf.laws import amdahl_curve
-    from labkit.perf.plots import plot_amdahl
-
     curve = amdahl_curve(parallel_fraction, max_workers)
     print(f"p = {parallel_fraction:.2f}: S({curve.workers[-1]}) = {curve.speedup[-1]:.3g}, "
           f"ceiling 1/(1-p) = {curve.ceiling:.3g}")
@@ -35,10 +38,6 @@ def amdahl_widget(parallel_fraction: float = 0.95, max_workers: int = 1024):
 def show_roofline(batch: int, gpu: str, precision: str, machine: Roofline):
     """Where one SimpleNet training step (batch ``batch``) lands on this machine's roofline
     and on a data-sheet GPU's."""
-    from labkit.kernels.plots import plot_roofline
-    from labkit.kernels.roofline import datasheet
-    from labkit.perf.stack import simplenet_counts
-
     c = simplenet_counts(batch)
     roof = datasheet(gpu, precision)
     print(f"SimpleNet step, batch {batch}: {c.flops:,.0f} FLOPs, {c.bytes:,.0f} bytes, "
@@ -64,30 +63,26 @@ def roofline_widget(machine: Roofline, batch: int = 5, gpu: str = DEFAULT_GPU,
         machine=fixed(machine))
 
 
-def show_cnn_batch(batch: int, launch_us: float, gpu: str, cpu_runs):
-    """Predicted GPU throughput of the CNN step against measured CPU runs."""
-    from labkit.perf.plots import plot_cnn_batch
-    from labkit.perf.stack import predict_cnn, predict_cnn_curve
-
-    p = predict_cnn(batch, gpu, launch_s=launch_us * 1e-6)
-    print(f"PREDICTED {gpu} (data-sheet roofline, {launch_us:g} µs per launch): batch {batch}: "
-          f"{p.samples_per_s:,.0f} samples/s, copy share {p.copy_share:.0%}, "
-          f"utilisation {p.utilisation:.1%}")
-    show(plot_cnn_batch(predict_cnn_curve(gpu, launch_us * 1e-6), p, cpu_runs, gpu))
+def show_cnn_batch(batch: int, host_us: float, gpu: str, cpu_runs):
+    """Predicted GPU throughput of the CNN step, with ``host_us`` of host time per operator,
+    against measured CPU runs."""
+    p = predict_cnn(batch, gpu, host_us * 1e-6)
+    print(f"PREDICTED {gpu} (data-sheet roofline per op, {host_us:g} µs host time per op): "
+          f"batch {batch}: {p.samples_per_s:,.0f} samples/s, copy share {p.copy_share:.0%}, "
+          f"busy share {p.busy_share:.1%}, MFU {p.mfu:.2%}")
+    show(plot_cnn_batch(predict_cnn_curve(gpu, host_us * 1e-6), p, cpu_runs, gpu))
 
 
-def cnn_batch_widget(cpu_runs=(), batch: int = 32, launch_us: float = 0.0,
-                     gpu: str = DEFAULT_GPU):
-    """Batch and launch-cost sliders over the predicted GPU curve and measured CPU points."""
-    from labkit.perf.stack import CnnRun
-
+def cnn_batch_widget(cpu_runs=(), batch: int = 32, host_us: float = 0.0,
+                     gpu: str = CALIBRATION_GPU):
+    """Batch and host-time sliders over the predicted GPU curve and measured CPU points."""
     cpu_runs = tuple(cpu_runs)
     if not all(isinstance(r, CnnRun) for r in cpu_runs):
         raise TypeError("cpu_runs must hold CnnRun results of run_cnn()")
     return interactive(
         show_cnn_batch,
         batch=int_slider("batch", batch, 1, 1024, "batch"),
-        launch_us=float_slider("launch_us", launch_us, 0.0, 20.0, 0.5, "launch µs"),
+        host_us=float_slider("host_us", host_us, 0.0, 100.0, 1.0, "host µs / op"),
         gpu=dropdown("gpu", gpu, GPU_KEYS, "GPU"),
         cpu_runs=fixed(cpu_runs))
 
@@ -96,9 +91,6 @@ def cnn_batch_widget(cpu_runs=(), batch: int = 32, launch_us: float = 0.0,
 def show_noise(interference: float, n: int, jitter: float, seed: int = 0):
     """Simulated timings on a shared machine: what the mean, median and its bootstrap
     interval do as a neighbour steals the core more often."""
-    from labkit.perf.plots import plot_noise
-    from labkit.perf.stats import noise_estimates
-
     e = noise_estimates(n, jitter=jitter, interference=interference, seed=seed)
     print(f"true time {e.base * 1e3:.3f} ms | mean {e.mean * 1e3:.3f} ms | median "
           f"{e.median * 1e3:.3f} ms, 95 % CI [{e.ci.low * 1e3:.3f}, {e.ci.high * 1e3:.3f}] | "
@@ -120,9 +112,6 @@ def noise_widget(interference: float = 0.1, n: int = 50, jitter: float = 0.05):
 def show_deploy(max_kb: float, max_latency_ms: float, slowdown: float, variants):
     """Which deployment variants fit a size and latency budget on a target ``slowdown``
     times slower than this machine."""
-    from labkit.perf.deploy import Budget, fits
-    from labkit.perf.plots import plot_deploy
-
     budget = Budget("target", max_kb * 1e3, max_latency_ms * 1e-3, slowdown)
     res = fits(list(variants), budget)
     print(f"budget: ≤ {max_kb:g} kB, ≤ {max_latency_ms:g} ms on a target {slowdown:g}× slower "
@@ -137,8 +126,6 @@ def deploy_widget(variants, max_kb: float = 100.0, max_latency_ms: float = 1.0,
                   slowdown: float = 10.0):
     """Size budget (first slider), latency budget, and target slowdown over measured
     deployment variants (``labkit.perf.deploy.variants``)."""
-    from labkit.perf.deploy import Variant
-
     variants = tuple(variants)
     if not variants or not all(isinstance(x, Variant) for x in variants):
         raise TypeError("variants must be a non-empty list of labkit.perf.deploy.Variant")

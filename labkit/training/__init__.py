@@ -5,6 +5,10 @@ with it), kept apart from it so the engine package holds only the engine:
 
 * :mod:`~labkit.training.phases` -- FLOPs and saved bytes of a forward and a backward pass;
 * :mod:`~labkit.training.inference` -- batch size vs latency/throughput, precision, KV cache;
+* :mod:`~labkit.training.decoder` -- a small numpy decoder (chapter 03's lab);
+  :mod:`~labkit.training.kv_cache` -- its KV cache and cached decoding;
+  :mod:`~labkit.training.decoder_traces`, :mod:`~labkit.training.decoder_measure` -- a
+  learner's answers run on plain data (for the checks) and measured (bytes, work, time);
 * :mod:`~labkit.training.modes` -- BatchNorm and Dropout in train and eval modes;
 * :mod:`~labkit.training.leak` -- the memory a list of kept losses pins;
 * :mod:`~labkit.training.train` -- training labkit's MLP on the digits;

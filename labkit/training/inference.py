@@ -12,10 +12,13 @@
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
 
+from labkit.timing import benchmark
+from labkit.torch_models import torch_mlp
 from labkit.validate import integer, one_of
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -49,10 +52,7 @@ class BatchSweep:
 def batch_sweep(batches=(1, 4, 16, 64, 256), width: int = 256, depth: int = 3,
                 repeats: int = 7, seed: int = 0) -> BatchSweep:
     """Median latency of a no_grad forward of a depth x width MLP at each batch size."""
-    import torch
-
-    from labkit.torch_models import torch_mlp
-    from labkit.perf import benchmark
+    import torch  # deferred: torch
 
     batches = tuple(int(b) for b in batches)
     if not batches or min(batches) < 1 or max(batches) > 4096:
@@ -68,6 +68,19 @@ def batch_sweep(batches=(1, 4, 16, 64, 256), width: int = 256, depth: int = 3,
             t = benchmark(lambda: model(x), repeats=repeats, warmup=2).median
             points.append(BatchPoint(b, t, b / t))
     return BatchSweep(tuple(points), width, depth)
+
+
+def best_batch_on(rule, points, budget_s: float):
+    """``rule(sweep, budget_s)`` on the :class:`BatchSweep` of ``points`` — ``(batch,
+    latency_s)`` pairs, throughput batch / latency — as plain data: the batch it returns
+    (an int) or None, else a string naming what it returned (exercise 3.3's check runs a
+    learner's rule this way)."""
+    sweep = BatchSweep(tuple(BatchPoint(int(b), float(t), int(b) / float(t)) for b, t in points),
+                       0, 0)
+    out = rule(sweep, float(budget_s))
+    if out is None or (isinstance(out, (int, np.integer)) and not isinstance(out, bool)):
+        return None if out is None else int(out)
+    return f"{type(out).__name__} {out!r}"
 
 
 @dataclass(frozen=True)
@@ -126,9 +139,7 @@ def precision_effect(width: int = 128, depth: int = 4, scale: float = 1.0, batch
     bfloat16 keeps float32's 8 exponent bits with 7 mantissa bits; float16 has 5 exponent
     bits (max 65504) and 10 mantissa bits (IEEE 754-2008; Kalamkar et al. 2019).
     """
-    import torch
-
-    from labkit.torch_models import torch_mlp
+    import torch  # deferred: torch
 
     if not 1 <= width <= 1024 or not 1 <= depth <= 16 or not 1 <= batch <= 4096:
         raise ValueError(f"width in [1, 1024], depth in [1, 16], batch in [1, 4096]; got "
@@ -203,7 +214,7 @@ def dtype_facts(names=DTYPES) -> tuple[DtypeFacts, ...]:
     """``torch.finfo`` of each format, with the unit roundoff u = eps/2 and -log10 u digits
     (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., 2002, chap. 2):
     float32 u = 2^-24, bfloat16 2^-8, float16 2^-11."""
-    import torch
+    import torch  # deferred: torch
 
     out = []
     for name in names:
@@ -222,7 +233,6 @@ def format_dtype_facts(facts) -> str:
 
 
 def copy_model(model, dtype):
-    import copy
     return copy.deepcopy(model).to(dtype)
 
 
@@ -312,7 +322,7 @@ def torch_kv_cache_bytes(n_heads: int = 8, n_kv_heads: int = 2, head_dim: int = 
     """Decode ``steps`` tokens with a tiny grouped-query attention stack in PyTorch, caching
     each layer's keys and values (shape (batch, n_kv_heads, tokens, head_dim)) the way
     Hugging Face's ``DynamicCache`` does; returns the bytes the cache holds at the end."""
-    import torch
+    import torch  # deferred: torch
 
     n_heads = integer("n_heads", n_heads, low=1)
     n_kv_heads = integer("n_kv_heads", n_kv_heads, low=1)

@@ -12,9 +12,16 @@ activations alive; ``loss.detach()`` or ``loss.item()`` keeps only the number.
 """
 from __future__ import annotations
 
+import gc
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
+
+from labkit.autograd import Tensor, functional as F
+from labkit.autograd.nn import mlp
+from labkit.autograd.tensor import graph_bytes
+from labkit.torch_models import torch_mlp
 
 STRATEGIES = ("tensor", "detach", "item")
 
@@ -51,9 +58,6 @@ def labkit_leak(steps: int = 10, strategy: str = "tensor", *, backward: bool = T
                 sizes=(64, 256, 10), batch: int = 64, seed: int = 0) -> LeakResult:
     """Run ``steps`` steps of an MLP in labkit, appending each loss by ``strategy``."""
     _check(steps, strategy)
-    from labkit.autograd import Tensor, functional as F
-    from labkit.autograd.nn import mlp
-    from labkit.autograd.tensor import graph_bytes
 
     rng = np.random.default_rng(seed)
     model = mlp(sizes, seed=seed)
@@ -77,12 +81,8 @@ def torch_leak(steps: int = 10, strategy: str = "tensor", *, backward: bool = Tr
     with weak references, so the count is what is really still allocated.
     """
     _check(steps, strategy)
-    import gc
-    import weakref
 
-    import torch
-
-    from labkit.torch_models import torch_mlp
+    import torch  # deferred: torch
 
     model = torch_mlp(sizes, seed)
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -105,7 +105,8 @@ def torch_leak(steps: int = 10, strategy: str = "tensor", *, backward: bool = Tr
             loss.backward()
         kept.append(_keep(loss, strategy))
         del loss, x, y
-        gc.collect()
+        gc.collect(1)    # this step's garbage is young: a full collection walks every object
+        #                  in the process (seconds in a notebook with torch and JAX loaded)
         alive = {}
         for r in refs:
             t = r()

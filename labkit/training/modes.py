@@ -13,6 +13,10 @@ from functools import lru_cache
 
 import numpy as np
 
+from labkit.data import batches, load_digits
+from labkit.timing import threads
+from labkit.validate import integer, number
+
 
 def batchnorm_eval(x, running_mean, running_var, gamma, beta, eps: float = 1e-5):
     """Inference-mode BatchNorm: gamma (x - running_mean) / sqrt(running_var + eps) + beta."""
@@ -28,10 +32,15 @@ def inverted_dropout(x, keep_mask, p: float):
 
 @lru_cache(maxsize=4)
 def train_bn_dropout_model(p: float = 0.5, hidden: int = 128, epochs: int = 12, seed: int = 0):
-    """A digits classifier Linear-BatchNorm-ReLU-Dropout-Linear trained in torch (cached)."""
-    import torch
+    """A digits classifier Linear-BatchNorm-ReLU-Dropout-Linear trained in torch (cached), on
+    one thread (on a small shared machine torch's second thread waiting for a busy core
+    makes these small operations many times slower: :class:`labkit.perf.threads`)."""
+    with threads(1):
+        return _train_bn_dropout_model(p, hidden, epochs, seed)
 
-    from labkit.data import batches, load_digits
+
+def _train_bn_dropout_model(p, hidden, epochs, seed):
+    import torch  # deferred: torch
 
     if not 0 <= p < 1:
         raise ValueError(f"p must be in [0, 1), got {p}")
@@ -70,8 +79,9 @@ class ModeAccuracy:
 
 def forgot_eval_experiment(p: float = 0.5, batch_sizes=(2, 4, 16, 64, 256), seed: int = 0
                            ) -> ModeAccuracy:
-    """Test accuracy, batch by batch, with the trained model in train() and in eval() mode."""
-    import torch
+    """Test accuracy, batch by batch, with the trained model in train() and in eval() mode
+    (torch on one thread, as in :func:`train_bn_dropout_model`)."""
+    import torch  # deferred: torch
 
     batch_sizes = tuple(int(b) for b in batch_sizes)
     if not batch_sizes or min(batch_sizes) < 2:
@@ -79,6 +89,16 @@ def forgot_eval_experiment(p: float = 0.5, batch_sizes=(2, 4, 16, 64, 256), seed
                          f"two samples), got {batch_sizes}")
     model, data = train_bn_dropout_model(float(p), seed=seed)
     x, y = torch.from_numpy(data.x_test), torch.from_numpy(data.y_test)
+    with threads(1):
+        acc = _mode_accuracies(model, x, y, batch_sizes, seed)
+    model.eval()
+    return ModeAccuracy(float(p), batch_sizes, tuple(acc[True]), tuple(acc[False]))
+
+
+def _mode_accuracies(model, x, y, batch_sizes, seed) -> dict:
+    """Accuracy at each test batch size, in train mode (True) and eval mode (False)."""
+    import torch  # deferred: torch
+
     state = {k: v.clone() for k, v in model.state_dict().items()}
     acc = {True: [], False: []}
     for training in (True, False):
@@ -96,8 +116,7 @@ def forgot_eval_experiment(p: float = 0.5, batch_sizes=(2, 4, 16, 64, 256), seed
                     correct += int((model(xb).argmax(1) == y[i:i + b]).sum())
             acc[training].append(correct / len(y))
             model.load_state_dict(state)   # train-mode BatchNorm updated its running stats
-    model.eval()
-    return ModeAccuracy(float(p), batch_sizes, tuple(acc[True]), tuple(acc[False]))
+    return acc
 
 
 @dataclass(frozen=True)
@@ -112,9 +131,7 @@ def mode_rules_vs_torch(batchnorm_eval, dropout_train, p: float = 0.3, seed: int
     probability 1 - p): inverted dropout keeps the mean at 1. Compare a BatchNorm eval rule
     with ``torch.nn.BatchNorm1d(4).eval()`` whose running statistics and affine parameters
     are seeded random values (not the 0/1 defaults, which hide a swapped argument)."""
-    import torch
-
-    from labkit.validate import integer, number
+    import torch  # deferred: torch
 
     for name, fn in (("batchnorm_eval", batchnorm_eval), ("dropout_train", dropout_train)):
         if not callable(fn):

@@ -10,6 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from labkit.autograd import Tensor, count, functional as F, no_grad
+from labkit.autograd.nn import mlp
+from labkit.memory.measure import saved_tensor_bytes
+from labkit.perf.metrics import parameter_bytes
 from labkit.torch_models import torch_mlp
 
 
@@ -48,9 +52,6 @@ def _data(sizes, batch, seed):
 
 def labkit_phase_costs(sizes=(64, 256, 256, 10), batch: int = 64, seed: int = 0) -> PhaseCosts:
     """One labkit training step (forward, cross-entropy, backward) and one no_grad forward."""
-    from labkit.autograd import Tensor, count, functional as F, no_grad
-    from labkit.autograd.nn import mlp
-
     sizes = _check(sizes, batch)
     x, y = _data(sizes, batch, seed)
     model = mlp(sizes, seed=seed)
@@ -67,11 +68,8 @@ def labkit_phase_costs(sizes=(64, 256, 256, 10), batch: int = 64, seed: int = 0)
 def torch_phase_costs(sizes=(64, 256, 256, 10), batch: int = 64, seed: int = 0) -> PhaseCosts:
     """The same step in PyTorch, measured with FlopCounterMode and saved_tensors_hooks
     (:func:`labkit.memory.measure.saved_tensor_bytes`, parameters excluded)."""
-    import torch
+    import torch  # deferred: torch
     from torch.utils.flop_counter import FlopCounterMode
-
-    from labkit.memory.measure import saved_tensor_bytes
-    from labkit.perf.metrics import parameter_bytes
 
     sizes = _check(sizes, batch)
     x, y = (torch.from_numpy(a) for a in _data(sizes, batch, seed))
@@ -103,3 +101,72 @@ def mlp_matmul_flops(sizes, batch: int, layer_flops) -> tuple[int, int]:
     per_layer = [layer_flops(batch, k, n, i > 0)
                  for i, (k, n) in enumerate(zip(sizes[:-1], sizes[1:]))]
     return sum(int(f) for f, _ in per_layer), sum(int(b) for _, b in per_layer)
+
+
+@dataclass(frozen=True)
+class SavedTensor:
+    node: str            # the autograd node that saved it ("NllLossBackward0")
+    name: str            # its derivatives.yaml name: grad_fn._saved_<name> ("total_weight")
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+
+
+def torch_saved_tensors(sizes=(64, 256, 256, 10), batch: int = 64, seed: int = 0
+                        ) -> tuple[SavedTensor, ...]:
+    """Every tensor one PyTorch training step (the MLP of :func:`torch_phase_costs`, then
+    cross-entropy) saves for backward, read from its graph: each node's ``_saved_<name>``
+    attributes, the names of ``tools/autograd/derivatives.yaml``. A storage saved by two
+    nodes is listed once (the first met from the loss); parameters are left out."""
+    import torch  # deferred: torch
+
+    sizes = _check(sizes, batch)
+    x, y = (torch.from_numpy(a) for a in _data(sizes, batch, seed))
+    model = torch_mlp(sizes, seed)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    rows, seen_nodes, seen_storage, stack = [], set(), set(params), [loss.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen_nodes:
+            continue
+        seen_nodes.add(node)
+        for attr in sorted(a for a in dir(node) if a.startswith("_saved_")):
+            t = getattr(node, attr)
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in seen_storage:
+                seen_storage.add(t.untyped_storage().data_ptr())
+                rows.append(SavedTensor(node.name(), attr[len("_saved_"):], tuple(t.shape),
+                                        str(t.dtype).replace("torch.", ""),
+                                        t.untyped_storage().nbytes()))
+        stack.extend(f for f, _ in reversed(node.next_functions))
+    return tuple(rows)
+
+
+def saved_beyond_labkit(sizes=(64, 256, 256, 10), batch: int = 64, seed: int = 0
+                        ) -> tuple[SavedTensor, ...]:
+    """The tensors of :func:`torch_saved_tensors` that labkit's step does not keep: torch's
+    saved tensors less, one for one, a float tensor of the same byte size for each
+    activation labkit saves (the input, each ReLU output, the log-softmax output)."""
+    sizes = _check(sizes, batch)
+    x, y = _data(sizes, batch, seed)
+    with count() as c:
+        F.cross_entropy(mlp(sizes, seed=seed)(Tensor(x)), y)
+    unmatched = sorted(b for _, b, kind in c.saved.values() if kind == "activation")
+    out = []
+    for row in torch_saved_tensors(sizes, batch, seed):
+        if row.dtype.startswith(("float", "bfloat")) and row.nbytes in unmatched:
+            unmatched.remove(row.nbytes)
+        else:
+            out.append(row)
+    return tuple(out)
+
+
+def format_saved_beyond(rows, lab: PhaseCosts, tor: PhaseCosts) -> str:
+    """What torch saves beyond labkit, one line per tensor, and their sum against the
+    measured difference of the two engines' saved bytes."""
+    lines = [f"torch also saves {r.node}.{r.name}: {r.dtype} {list(r.shape)}, {r.nbytes} bytes"
+             for r in rows]
+    total = sum(r.nbytes for r in rows)
+    diff = tor.saved_bytes_train - lab.saved_bytes_train
+    lines.append(f"together {total} bytes; measured difference torch - labkit: {diff} bytes")
+    return "\n".join(lines)

@@ -1,11 +1,15 @@
 """Plots for the training experiments (chapters 2 and 3): each takes a result, returns a Figure."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
+
+from labkit.training.inference import kv_cache_bytes
 
 
 def _fig(ncols=1, size=(6.4, 3.6)):
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib
     fig, axes = plt.subplots(1, ncols, figsize=size, constrained_layout=True)
     return fig, axes
 
@@ -78,10 +82,6 @@ def plot_mode_accuracy(result):
 def plot_kv_cache(model, seqs, batch: int = 1, dtype_bytes: int = 2, mark: int | None = None):
     """KV-cache GiB against sequence length for ``model`` and for the same model without
     grouped-query attention (every query head with its own key/value head)."""
-    from dataclasses import replace
-
-    from labkit.training.inference import kv_cache_bytes
-
     seqs = np.asarray(seqs)
     mha = replace(model, n_kv_heads=model.n_heads)
     fig, ax = _fig()
@@ -96,4 +96,24 @@ def plot_kv_cache(model, seqs, batch: int = 1, dtype_bytes: int = 2, mark: int |
            title=f"{model.name}: KV cache, batch {batch}, {dtype_bytes}-byte values")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_decode_timing(result):
+    """Time per new token (left) and its attention FLOPs (right) against the tokens of
+    context, with the KV cache and recomputing everything (a
+    :class:`~labkit.training.decoder_measure.DecodeTiming`)."""
+    fig, (a1, a2) = _fig(2, (9.5, 3.4))
+    L = np.asarray(result.lengths)
+    a1.plot(L, 1e3 * np.asarray(result.cached_s), "o-", label="KV cache")
+    a1.plot(L, 1e3 * np.asarray(result.recompute_s), "s-", label="recompute all")
+    a1.set(xscale="log", yscale="log", xlabel="tokens of context",
+           ylabel="ms per new token (median)", title="time per token")
+    a2.plot(L, result.cached_flops, "o-", label="KV cache: 4·H·d·(L+1) per layer")
+    a2.plot(L, result.recompute_flops, "s-", label="recompute: 4·H·d·(L+1)² per layer")
+    a2.set(xscale="log", yscale="log", xlabel="tokens of context",
+           ylabel="attention FLOPs of the token", title="attention work per token")
+    for a in (a1, a2):
+        a.legend(fontsize=8)
+        a.grid(alpha=0.3)
     return fig

@@ -7,22 +7,25 @@ model, weights and batch.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from labkit.autograd import functional as F
-from labkit.data import Split, batches, load_digits
 from labkit.autograd.nn import Linear, Module, mlp
 from labkit.autograd.optim import SGD, Adam
+from labkit.autograd.rules import RuleSet
 from labkit.autograd.tensor import Tensor, no_grad
+from labkit.data import Split, batches, load_digits
 from labkit.perf.metrics import top1_accuracy
 from labkit.validate import integer, one_of, positive
 
 
 @dataclass(frozen=True)
-class TrainResult:
+class DigitsTrainResult:
     losses: tuple[float, ...]       # mean training loss per epoch
     train_accuracy: float
     test_accuracy: float
@@ -51,7 +54,7 @@ def train_step(model: Module, opt, x: np.ndarray, y: np.ndarray,
 
 def torch_twin(model: Module):
     """A float64 ``torch.nn.Sequential`` with ``model``'s weights (Linear and ReLU layers)."""
-    import torch
+    import torch  # deferred: torch
 
     layers = []
     for layer in model.layers:
@@ -66,36 +69,69 @@ def torch_twin(model: Module):
     return torch.nn.Sequential(*layers)
 
 
-def torch_gradient_error(backward: Callable[[Tensor], None] | None = None,
-                         sizes=(64, 32, 10), batch: int = 16, seed: int = 0) -> float:
-    """Max |labkit gradient - torch gradient| over every parameter of a float64 MLP on a
-    batch of digits, the labkit gradients computed by ``backward(loss)``."""
-    import torch
+def _rules_context(rules):
+    """``rules`` (a :class:`~labkit.autograd.rules.RuleSet`) as a context, or a null one."""
+    if rules is not None and not isinstance(rules, RuleSet):
+        raise TypeError(f"rules must be a labkit.autograd.rules.RuleSet, got "
+                        f"{type(rules).__name__} {rules!r}")
+    return nullcontext() if rules is None else rules
 
+
+def _digits_batch(sizes, batch: int, seed: int):
     data = load_digits(seed=seed, dtype=np.float64)
-    x, y = data.x_train[:batch], data.y_train[:batch]
-    model = mlp(sizes, seed=seed, dtype=np.float64)
-    (backward or _default_backward)(F.cross_entropy(model(Tensor(x)), y))
+    return data.x_train[:batch], data.y_train[:batch], mlp(sizes, seed=seed, dtype=np.float64)
+
+
+def digits_gradients(backward: Callable[[Tensor], None] | None = None, rules=None,
+                     sizes=(64, 32, 10), batch: int = 16, seed: int = 0) -> list:
+    """The gradients (W₁, b₁, W₂, b₂, ...) of the cross-entropy of a float64 MLP on a batch
+    of digits, computed by ``backward(loss)`` (default ``loss.backward()``) with ``rules``
+    active when given; None for a parameter that got no gradient."""
+    x, y, model = _digits_batch(sizes, batch, seed)
+    with _rules_context(rules):
+        (backward or _default_backward)(F.cross_entropy(model(Tensor(x)), y))
+    return [None if p.grad is None else np.array(p.grad.data)
+            for layer in model.layers if isinstance(layer, Linear)
+            for p in (layer.weight, layer.bias)]
+
+
+def torch_digits_gradients(sizes=(64, 32, 10), batch: int = 16, seed: int = 0) -> list:
+    """PyTorch's gradients for :func:`digits_gradients`' model and batch, in labkit's layout
+    (a weight as (in, out))."""
+    import torch  # deferred: torch
+
+    x, y, model = _digits_batch(sizes, batch, seed)
     twin = torch_twin(model)
     torch.nn.functional.cross_entropy(twin(torch.tensor(x)), torch.tensor(y)).backward()
+    return [p.grad.numpy().T if p.grad.ndim == 2 else p.grad.numpy()
+            for layer in twin if isinstance(layer, torch.nn.Linear)
+            for p in (layer.weight, layer.bias)]
+
+
+def torch_gradient_error(backward: Callable[[Tensor], None] | None = None,
+                         sizes=(64, 32, 10), batch: int = 16, seed: int = 0,
+                         rules=None) -> float:
+    """Max |labkit gradient - torch gradient| over every parameter of a float64 MLP on a
+    batch of digits, the labkit gradients computed by ``backward(loss)`` (with ``rules``
+    active when given); infinity when a parameter got no gradient."""
     err = 0.0
-    lab_params = [p for layer in model.layers if isinstance(layer, Linear)
-                  for p in (layer.weight, layer.bias)]
-    tor_params = [p for layer in twin if isinstance(layer, torch.nn.Linear)
-                  for p in (layer.weight, layer.bias)]
-    for lp, tp in zip(lab_params, tor_params):
-        if lp.grad is None:
+    for got, want in zip(digits_gradients(backward, rules, sizes, batch, seed),
+                         torch_digits_gradients(sizes, batch, seed)):
+        if got is None or got.shape != want.shape:
             return float("inf")
-        want = tp.grad.numpy().T if tp.grad.ndim == 2 else tp.grad.numpy()
-        err = max(err, float(np.abs(lp.grad.data - want).max()))
+        err = max(err, float(np.abs(got - want).max()))
     return err
 
 
 def train_digits(hidden: int = 128, epochs: int = 20, batch_size: int = 32, lr: float = 3e-3,
                  optimizer: str = "adam", seed: int = 0, data: Split | None = None,
                  progress: bool = False,
-                 backward: Callable[[Tensor], None] | None = None) -> TrainResult:
-    """Train a 64-hidden-10 MLP (ReLU) on the digits; returns losses and accuracies."""
+                 backward: Callable[[Tensor], None] | None = None,
+                 rules=None) -> DigitsTrainResult:
+    """Train a 64-hidden-10 MLP (ReLU) on the digits; returns losses and accuracies.
+
+    ``backward(loss)`` fills the gradients (default ``loss.backward()``); ``rules``, a
+    :class:`~labkit.autograd.rules.RuleSet`, is active for every step when given."""
     hidden = integer("hidden", hidden, low=1)
     epochs = integer("epochs", epochs, low=1)
     batch_size = integer("batch_size", batch_size, low=1)
@@ -111,14 +147,15 @@ def train_digits(hidden: int = 128, epochs: int = 20, batch_size: int = 32, lr: 
     losses = []
     epochs_iter = range(epochs)
     if progress:
-        from tqdm.auto import tqdm
         epochs_iter = tqdm(epochs_iter, desc="epochs")
+    context = _rules_context(rules)
     for _ in epochs_iter:
         total, n = 0.0, 0
-        for idx in batches(len(data.y_train), batch_size, rng):
-            total += train_step(model, opt, data.x_train[idx], data.y_train[idx],
-                                backward) * len(idx)
-            n += len(idx)
+        with context:
+            for idx in batches(len(data.y_train), batch_size, rng):
+                total += train_step(model, opt, data.x_train[idx], data.y_train[idx],
+                                    backward) * len(idx)
+                n += len(idx)
         losses.append(total / n)
-    return TrainResult(tuple(losses), accuracy(model, data.x_train, data.y_train),
+    return DigitsTrainResult(tuple(losses), accuracy(model, data.x_train, data.y_train),
                        accuracy(model, data.x_test, data.y_test), model)

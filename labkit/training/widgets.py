@@ -7,6 +7,12 @@ from __future__ import annotations
 
 from labkit.controls import checkbox, choice_slider, dropdown, fixed, int_slider, interactive
 from labkit.show import show as _show
+from labkit.training.inference import DECODERS, batch_sweep, kv_cache_bytes, precision_effect
+from labkit.training.leak import STRATEGIES, labkit_leak, torch_leak
+from labkit.training.modes import forgot_eval_experiment
+from labkit.training.plots import plot_batch_sweep, plot_kv_cache, plot_leak, plot_mode_accuracy
+from labkit.training.plots import plot_precision
+from labkit.validate import integer
 
 SCALES = (0.01, 0.1, 1.0, 10.0, 100.0, 1e3, 1e4, 1e5)     # input scales of precision_widget
 DROPOUTS = (0.0, 0.2, 0.5)                                # dropout p of forgot_eval_widget
@@ -14,9 +20,6 @@ DROPOUTS = (0.0, 0.2, 0.5)                                # dropout p of forgot_
 
 def show_leak(steps: int, backward: bool) -> None:
     """Bytes a list of losses keeps alive per step, labkit and PyTorch, each strategy."""
-    from labkit.training.leak import STRATEGIES, labkit_leak, torch_leak
-    from labkit.training.plots import plot_leak
-
     results = [labkit_leak(steps, s, backward=backward) for s in STRATEGIES]
     results += [torch_leak(steps, s, backward=backward) for s in STRATEGIES]
     for r in results:
@@ -32,9 +35,6 @@ def leak_widget(steps: int = 6, backward: bool = True):
 
 def show_precision(width: int, scale: float) -> None:
     """Output error of float32/bfloat16/float16 against float64, argmax agreement, overflows."""
-    from labkit.training.inference import precision_effect
-    from labkit.training.plots import plot_precision
-
     r = precision_effect(width=width, scale=scale)
     for name in r.errors:
         print(f"{name:>8}: max error {r.errors[name].max():.3g}, argmax agrees on "
@@ -51,9 +51,6 @@ def precision_widget(width: int = 128, scale: float = 1.0):
 
 def show_batch_sweep(width: int, max_batch_log2: int) -> None:
     """Latency and throughput of inference at batch 1, 4, …, 2^max_batch_log2."""
-    from labkit.training.inference import batch_sweep
-    from labkit.training.plots import plot_batch_sweep
-
     sweep = batch_sweep(tuple(2 ** k for k in range(0, max_batch_log2 + 1, 2)), width=width)
     best = max(sweep.points, key=lambda p: p.throughput)
     print(f"highest throughput at batch {best.batch} "
@@ -71,9 +68,6 @@ def batch_sweep_widget(width: int = 256, max_batch_log2: int = 8):
 
 def show_forgot_eval(p: float) -> None:
     """Accuracy against test batch size of a dropout-``p`` model in train() and eval() mode."""
-    from labkit.training.modes import forgot_eval_experiment
-    from labkit.training.plots import plot_mode_accuracy
-
     r = forgot_eval_experiment(p)
     print(f"eval(): {r.acc_eval_mode[0]:.3f} at every batch size; train mode: "
           + ", ".join(f"{b}: {a:.3f}" for b, a in zip(r.batch_sizes, r.acc_train_mode)))
@@ -92,9 +86,6 @@ def _kv_seqs(max_seq: int) -> list[int]:
 
 def show_kv_cache(seq: int, batch: int, model: str, max_seq: int) -> None:
     """The KV cache of ``model`` at ``seq`` tokens × ``batch``, plotted over all lengths."""
-    from labkit.training.inference import DECODERS, kv_cache_bytes
-    from labkit.training.plots import plot_kv_cache
-
     m = DECODERS[model]
     total = kv_cache_bytes(m, seq, batch)
     print(f"{m.name}: {total / seq / batch / 1024:.0f} KiB per token, "
@@ -104,9 +95,6 @@ def show_kv_cache(seq: int, batch: int, model: str, max_seq: int) -> None:
 
 def kv_cache_widget(model: str = "Llama-2-70B", max_seq: int = 32768):
     """Sequence length, batch and model -> the KV cache's size, with and without GQA."""
-    from labkit.training.inference import DECODERS
-    from labkit.validate import integer
-
     max_seq = integer("max_seq", max_seq, low=16, high=2**20)
     seqs = _kv_seqs(max_seq)
     return interactive(show_kv_cache,

@@ -1,4 +1,4 @@
-"""GPU data-sheet facts: the one place the course's GPU numbers live.
+"""GPU data-sheet facts: the one place the course's GPU numbers live (``labkit.hardware``).
 
 Every rate is dense (no 2:4 sparsity); NVIDIA's sheets print the sparse figure with an
 asterisk, and we halve it. Sources:
@@ -21,24 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from labkit import validate as v
+from labkit.hardware.roofline import ROOFLINE_PRECISIONS, Machine, Roofline, peak_rate
+
 MAX_THREADS_PER_BLOCK = 1024   # every CUDA GPU since compute capability 2.0
 WARP_SIZE = 32                 # threads per warp on every NVIDIA GPU so far
 T = 1e12
 GB = 1e9
-PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
-
-
-def peak_rate(flops: dict, precision: str, machine: str,
-              precisions: tuple[str, ...] = PRECISIONS) -> float:
-    """``flops[precision]``; the error says which precisions exist and which ``machine``
-    has (a comparison uses one precision for every machine, never a fallback)."""
-    from labkit.validate import one_of
-
-    one_of("precision", precision, precisions)
-    if precision not in flops:
-        raise ValueError(f"{machine} has no {precision} rate (it has "
-                         f"{', '.join(flops)}): compare at one of those")
-    return flops[precision]
 
 
 @dataclass(frozen=True)
@@ -63,9 +52,7 @@ class GPU:
     def ridge(self, precision: str = "fp32") -> float:
         """Arithmetic intensity (FLOP/byte of HBM traffic) where the roofs meet: this GPU's
         own peak / bandwidth (a ``replace()``d copy too), by the course's one roofline
-        (:attr:`labkit.kernels.roofline.Roofline.ridge`)."""
-        from labkit.kernels.roofline import Roofline
-
+        (:attr:`labkit.hardware.roofline.Roofline.ridge`)."""
         return Roofline(self.name, self.peak(precision), self.hbm_bandwidth).ridge
 
     @property
@@ -92,11 +79,32 @@ GPUS: dict[str, GPU] = {
 }
 
 
+@dataclass(frozen=True)
+class PowerMeasurement:
+    """Board power of one GPU read with ``nvidia-smi`` — a measurement, not a data sheet's
+    number (the V100, A100, H100 and H200 sheets give only the maximum, the TDP)."""
+    gpu: str                   # a key of GPUS
+    idle_watts: float          # powered, no process on the GPU
+    context_watts: float       # a process holds a CUDA context and runs nothing
+    busy_watts: float          # a bf16 matmul loop
+    how: str
+    source: str
+
+
+MEASURED_POWER = {
+    "H200": PowerMeasurement(
+        "H200", 79.0, 120.0, 692.0,
+        "nvidia-smi --query-gpu=power.draw --format=csv, one reading per state",
+        "measured for this course on one H200 SXM 141 GB (TDP up to 700 W, GPUS['H200']); "
+        "one board, one machine: other boards, drivers and clocks differ — measure yours"),
+}
+"""Recorded power readings per GPU model, with how they were taken (chapter 11's energy
+model takes its idle power from here: ``labkit.cluster.energy.PowerModel.measured``)."""
+
+
 def gpu(gpu: str) -> GPU:
     """The data sheet of ``gpu`` (V100, A100, H100, H200)."""
-    from labkit.validate import one_of
-
-    return GPUS[one_of("gpu", gpu, tuple(GPUS))]
+    return GPUS[v.one_of("gpu", gpu, tuple(GPUS))]
 
 
 # ---- per-SM limits (chapter 04's occupancy, chapter 05's ladder model) ---------------------
@@ -171,3 +179,22 @@ def fp32_clock_hz(key: str) -> float:
     FMA) — 1.53 GHz (V100), 1.41 GHz (A100), 1.98 GHz (H100/H200)."""
     g, s = gpu(key), sm_limits(key)
     return g.peak("fp32") / (s.sm_count * s.fp32_lanes_per_sm * 2)
+
+
+# ---- the data sheets as rooflines (chapters 01, 04, 05) ----------------------------------
+
+def _preset(key: str) -> Machine:
+    g = gpu(key)
+    return Machine(g.name, {p: g.flops[p] for p in ROOFLINE_PRECISIONS if p in g.flops},
+                   g.hbm_bandwidth, g.source)
+
+
+PRESETS = {key: _preset(key) for key in ("A100", "H100", "H200")}
+"""The GPUs the roofline chapters compare, as :class:`~labkit.hardware.roofline.Machine`."""
+
+
+def datasheet(key: str, precision: str = "fp32") -> Roofline:
+    """The roofline of a data-sheet GPU (``labkit.hardware.GPUS``, any key) at ``precision``."""
+    g = gpu(key)
+    return Roofline(f"{g.key} {precision} (data sheet)", g.peak(precision), g.hbm_bandwidth,
+                    g.source)

@@ -1,0 +1,25 @@
+"""What every kernel factory of the library shares: the check of its compile-time sizes
+(powers of two in a range) and :data:`GRID_MASK`, the mask that lets the compiler prove an
+index built from the block index non-negative.
+"""
+from __future__ import annotations
+
+from labkit.hardware import MAX_THREADS_PER_BLOCK
+from labkit.validate import power_of_two
+
+
+GRID_MASK = 0x7FFFFFFF
+"""``cuda.blockIdx.x & GRID_MASK`` (and ``gridDim``): numba reads the block index and the
+grid size as signed 32-bit numbers, so an index built from them may be negative as far as
+the compiler knows and pays numba's negative-index wrap-around (a compare and select and
+64-bit arithmetic per access, see
+:func:`~labkit.kernels.library.matmul.matmul_naive`). No grid reaches 2^31 blocks along
+a dimension (CUDA C++ Programming Guide, "Technical Specifications per Compute
+Capability": at most 2^31 - 1 along x, 65535 along y and z), so the mask changes no value
+and proves it >= 0."""
+
+
+def _check_pow2(value: int, what: str, low: int = 1, high: int = MAX_THREADS_PER_BLOCK) -> None:
+    power_of_two(what, value, low=low, high=high)
+    if not (low <= value <= high and value & (value - 1) == 0):
+        raise ValueError(f"{what} must be a power of two in [{low}, {high}], got {value}")
