@@ -86,11 +86,13 @@ def parser() -> argparse.ArgumentParser:
                    help="write the written answers and predictions side by side, and "
                         "points.csv to fill in")
     p.add_argument("--timeout", type=seconds, default=300.0,
-                   help="seconds allowed per notebook (default 300)")
+                   help="CPU seconds allowed per notebook run (default 300; see "
+                        "labkit.grade.limits)")
     p.add_argument("--cell-timeout", type=seconds, default=120.0,
-                   help="seconds allowed per cell (default 120)")
+                   help="CPU seconds allowed per cell (default 120); a cell that waits without "
+                        "working is stopped after as many wall-clock seconds")
     p.add_argument("--exercise-timeout", type=seconds, default=120.0,
-                   help="seconds allowed for one exercise's answer cells and check (default 120)")
+                   help="CPU seconds allowed for one exercise's answer cells (default 120)")
     p.add_argument("--jobs", type=count, default=1, help="notebooks graded at once")
     p.add_argument("--seed", type=seed_value, default=None,
                    help="the checks' inputs (default: drawn for this run and reported)")

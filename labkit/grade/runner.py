@@ -2,8 +2,8 @@
 
 For each notebook, in a temporary copy with the canonical check cells restored:
 
-1. **The notebook run** (pytest + nbval, in its own process group, under a wall-clock
-   limit), as the learner would run it: checks print, never raise. It tells which cells
+1. **The notebook run** (pytest + nbval, in its own process group, under limits counted in
+   CPU seconds: :mod:`labkit.grade.limits`), as the learner would run it: checks print, never raise. It tells which cells
    fail and with what, and a watch in the kernel (an IPython startup file) notes any cell
    that replaces a function of labkit, numpy, torch or the standard library. Nothing it
    writes is a grade: the verdict log it leaves is a hint.
@@ -41,10 +41,11 @@ import nbformat
 from tqdm.auto import tqdm
 
 from labkit.check.core import ERROR, GRADE_ENV, LOG_ENV, MISSING, get
-from labkit.grade import intake as _intake, verdicts as _verdicts
+from labkit.grade import intake as _intake, limits as _limits, verdicts as _verdicts
 from labkit.grade.config import GradingConfig
 from labkit.grade.generate import SOLUTIONS, NotebookFormatError, check_cells
 from labkit.grade.restore import restore_checks
+from labkit.grade.watchdog import LOG_ENV as LIMITS_ENV
 
 WATCH_ENV = "LABKIT_WATCH_LOG"
 
@@ -212,10 +213,9 @@ def grade_notebook(learner: str, path: Path, name: str, assignment: Assignment, 
     with tempfile.TemporaryDirectory(prefix="labkit-grade-") as tmp:
         tmpdir = Path(tmp)
         start = time.perf_counter()
-        output, hints, watched, failed = _run_notebook(restored.notebook, name, tmpdir,
-                                                        timeout=timeout,
-                                                        cell_timeout=cell_timeout,
-                                                        grade=grade)
+        output, hints, watched, failed, limits = _run_notebook(
+            restored.notebook, name, tmpdir, timeout=timeout, cell_timeout=cell_timeout,
+            grade=grade)
         answers = tmpdir / "answers"
         answers.mkdir()
         results = _verdicts.decide(restored.notebook, assignment.solutions[name], ids,
@@ -228,10 +228,7 @@ def grade_notebook(learner: str, path: Path, name: str, assignment: Assignment, 
     failed = [cid for cid in failed if not cid.startswith("check-")]
     if crashed or timed_out:
         grade.failed_cells = failed[:1]
-        what = ("the kernel died" if crashed else
-                f"a cell ran past the cell time limit of {cell_timeout:g} s (an interrupt "
-                f"did not stop it)" if "Failed to interrupt" in output else
-                f"a cell ran past the cell time limit of {cell_timeout:g} s")
+        what = "the kernel died" if crashed else _limit_note(cell_timeout, limits, output)
         where = f" in {failed[0]}" if failed else ""
         rest = f"; the {len(failed) - 1} cells after it did not run" if len(failed) > 1 else ""
         grade.notes.append(f"{name}: {what}{where}{rest}")
@@ -288,7 +285,7 @@ def _run_notebook(nb: nbformat.NotebookNode, name: str, tmpdir: Path, *, timeout
     env = dict(os.environ, **{LOG_ENV: str(log), WATCH_ENV: str(watch),
                                "IPYTHONDIR": str(tmpdir / "ipython"),
                                "LABKIT_PROGRESS": str(tmpdir / "progress.json"),
-                               "MPLBACKEND": "Agg"})
+                               "MPLBACKEND": "Agg", LIMITS_ENV: str(tmpdir / "limits.jsonl")})
     env.pop(GRADE_ENV, None)
     env.pop("PYTEST_ADDOPTS", None)
     cmd = [sys.executable, "-m", "pytest", "-q", "--nbval-lax", "--nbval-current-env",
@@ -298,23 +295,47 @@ def _run_notebook(nb: nbformat.NotebookNode, name: str, tmpdir: Path, *, timeout
            "-W", "ignore", "--junitxml=results.xml", nb_path.name]
     proc = subprocess.Popen(cmd, cwd=tmpdir, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        output = ""
-        grade.notes.append(f"{name}: stopped after the time limit of {timeout:g} s")
+    output, budget, spent = _limits.communicate_within(proc, timeout, _kill_group)
+    if spent == _limits.CPU:
+        grade.notes.append(f"{name}: stopped after the time limit of {timeout:g} s of CPU "
+                           f"time for the notebook")
+    elif spent:
+        grade.notes.append(f"{name}: stopped after {budget.elapsed:.0f} s without working "
+                           f"(it had used {budget.used:.1f} s of CPU time; the limit for the "
+                           f"notebook is {timeout:g} s of CPU time)")
     _kill_group(proc)
-    watched = []
-    if watch.exists():
-        for line in watch.read_text(encoding="utf-8").splitlines():
+    watched = [e for e in _read_jsonl(watch) if isinstance(e.get("notes"), list)]
+    limits = _read_jsonl(tmpdir / "limits.jsonl")
+    return (output, _read_log(log), watched, _failed_code_cells(tmpdir / "results.xml", nb),
+            limits)
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    out = []
+    if path.exists():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 entry = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if isinstance(entry, dict) and isinstance(entry.get("notes"), list):
-                watched.append(entry)
-    return output, _read_log(log), watched, _failed_code_cells(tmpdir / "results.xml", nb)
+            if isinstance(entry, dict):
+                out.append(entry)
+    return out
+
+
+def _limit_note(cell_timeout: float, limits: list[dict], output: str) -> str:
+    """Why a cell was stopped: the first wait the watchdog ended (labkit.grade.limits)."""
+    first = limits[0] if limits else {}
+    limit = float(first.get("limit", cell_timeout))
+    if first.get("spent") == "idle":
+        what = (f"a cell waited without working: after {float(first.get('elapsed', 0)):.0f} s "
+                f"it had used {float(first.get('used', 0)):.1f} s of CPU time (the cell time "
+                f"limit is {limit:g} s of CPU time; a sleep, a blocked read, a lost message?)")
+    elif first.get("stream") == "iopub":
+        what = f"a cell's output did not come within {limit:g} s of CPU time"
+    else:
+        what = f"a cell ran past the cell time limit of {limit:g} s of CPU time"
+    return what + (" (an interrupt did not stop it)" if "Failed to interrupt" in output else "")
 
 
 def read_submission(path: Path) -> nbformat.NotebookNode:
@@ -376,15 +397,10 @@ def _read_log(log: Path) -> dict[str, list[dict]]:
     """Every verdict the notebook run logged, by exercise (a hint: the notebook's own code
     can write this file); predictions and anything malformed are skipped."""
     verdicts: dict[str, list[dict]] = {}
-    if log.exists():
-        for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            # the log also holds predictions ({"prediction": ..., "guess": ...}): not graded
-            if isinstance(entry, dict) and {"exercise", "status", "message"} <= entry.keys():
-                verdicts.setdefault(str(entry["exercise"]), []).append(entry)
+    # the log also holds predictions ({"prediction": ..., "guess": ...}): not graded
+    for entry in _read_jsonl(log):
+        if {"exercise", "status", "message"} <= entry.keys():
+            verdicts.setdefault(str(entry["exercise"]), []).append(entry)
     return verdicts
 
 

@@ -40,6 +40,7 @@ import numpy
 
 import labkit.check.core
 from labkit.check import core, handles, plain, refuse
+from labkit.grade import limits
 
 WATCHED_PREFIXES = ("labkit",)
 WATCHED_MODULES = ("builtins", "numpy", "numpy.linalg", "numpy.random", "math", "os",
@@ -389,14 +390,14 @@ def serve() -> None:
         pid = os.fork()
         if pid == 0:
             _child(request, shell, 0, out_fd)
-        deadline = time.monotonic() + limit
-        status, timed_out = None, False
+        budget = limits.Budget(pid, limit)
+        status, spent, polls = None, None, 0
         while True:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 break
-            if time.monotonic() > deadline:
-                timed_out = True
+            polls += 1
+            if polls % 20 == 0 and (spent := budget.spent()):   # every 0.1 s
                 for kill in (lambda: os.killpg(pid, signal.SIGKILL),
                              lambda: os.kill(pid, signal.SIGKILL)):
                     try:
@@ -407,8 +408,8 @@ def serve() -> None:
                 break
             time.sleep(0.005)
         final = {"request": request.get("request"), "final": True, "status": status}
-        if timed_out:
-            final["timeout"] = limit
+        if spent:
+            final.update(timeout=limit, spent=spent, elapsed=budget.elapsed, used=budget.used)
         os.write(out_fd, frame(final))
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import nbformat
 
 from labkit.check import core, handles, plain, refuse
-from labkit.grade import sandbox
+from labkit.grade import limits, sandbox
 from labkit.grade.generate import learner_version
 from labkit.grade.slices import ADDED, ANSWER, Slice, build_slices
 
@@ -232,10 +232,16 @@ def judge(sl: Slice, process: AnswerProcess, seed: int, timeout: float) -> Exerc
 
     def ended() -> ExerciseResult:
         fin = process.end()
-        if fin.get("timeout"):
+        if fin.get("timeout") and fin.get("spent") == limits.IDLE:
             res.status, res.message = core.ERROR, (
-                f"the answer ran past the time limit of {fin['timeout']:g} s in the grader's "
-                f"answer process (an endless loop?)")
+                f"the answer waited without working in the grader's answer process: after "
+                f"{fin.get('elapsed', 0):.0f} s it had used {fin.get('used', 0):.1f} s of "
+                f"CPU time (its time limit is {fin['timeout']:g} s of CPU time; a sleep, a "
+                f"blocked read?)")
+        elif fin.get("timeout"):
+            res.status, res.message = core.ERROR, (
+                f"the answer ran past the time limit of {fin['timeout']:g} s of CPU time in "
+                f"the grader's answer process (an endless loop?)")
         else:
             res.status, res.message = core.ERROR, (
                 "the answer process stopped before a verdict: the answer ended its process "
