@@ -6,7 +6,7 @@ import inspect
 import os
 import sysconfig
 
-from labkit.grade import sandbox
+from labkit.grade import processes, sandbox
 
 
 def compiled(filename):
@@ -42,10 +42,10 @@ def test_altered_reports_the_learners_patch_and_not_a_librarys(monkeypatch):
 def test_a_checkout_in_the_temporary_folder_is_still_installed_code(monkeypatch):
     venv = "/tmp/course-checkout/.venv/lib/python3.11/site-packages"
     paths = dict(sysconfig.get_paths(), purelib=venv, platlib=venv)
-    monkeypatch.setattr(sandbox.sysconfig, "get_paths", lambda: paths)
-    sandbox._installed_roots.cache_clear()
+    monkeypatch.setattr(processes.sysconfig, "get_paths", lambda: paths)
+    processes.installed_roots.cache_clear()
     try:
         assert not sandbox.learner_made(compiled(venv + "/torch/package/package_importer.py"))
         assert sandbox.learner_made(compiled("/tmp/ipykernel_7/55.py"))
     finally:
-        sandbox._installed_roots.cache_clear()
+        processes.installed_roots.cache_clear()

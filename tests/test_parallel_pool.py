@@ -72,19 +72,19 @@ def test_bad_arguments():
 
 
 def test_the_graders_reaping_spares_the_pool_and_what_was_there_before():
-    """labkit-grade kills what submissions left running (runner.reap_leftovers). It used to
+    """labkit-grade kills what submissions left running (processes.reap_leftovers). It used to
     kill every descendant, the pool's workers too, and reap them, so ``multiprocessing``
     believed them alive and the next job waited 120 s for nothing (CI, stop 28)."""
     import subprocess
     import sys
 
-    from labkit.grade import runner
+    from labkit.grade import processes
     first = launch.pool_run(_sum_ranks, 2, 1)
     before = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    already = set(runner.descendants())
+    already = set(processes.descendants())
     left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        assert runner.reap_leftovers(keep=already) == 1
+        assert processes.reap_leftovers(keep=already) == 1
         assert left.poll() is not None and before.poll() is None
         again = launch.pool_run(_sum_ranks, 2, 2, timeout_s=30)
         assert [p for _, p in again] == [p for _, p in first]

@@ -18,7 +18,6 @@ of the installed packages changed while it graded.
 """
 from __future__ import annotations
 
-import ctypes
 import difflib
 import json
 import math
@@ -27,7 +26,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 import xml.etree.ElementTree as ET
@@ -44,6 +42,8 @@ from labkit.check.core import ERROR, GRADE_ENV, LOG_ENV, MISSING, get
 from labkit.grade import intake as _intake, limits as _limits, verdicts as _verdicts
 from labkit.grade.config import GradingConfig
 from labkit.grade.generate import SOLUTIONS, NotebookFormatError, check_cells
+from labkit.grade.processes import (become_subreaper, changed_files, descendants,
+                                    installed_files, kill_group, reap_leftovers)
 from labkit.grade.restore import restore_checks
 from labkit.grade.watchdog import LOG_ENV as LIMITS_ENV
 
@@ -295,7 +295,7 @@ def _run_notebook(nb: nbformat.NotebookNode, name: str, tmpdir: Path, *, timeout
            "-W", "ignore", "--junitxml=results.xml", nb_path.name]
     proc = subprocess.Popen(cmd, cwd=tmpdir, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    output, budget, spent = _limits.communicate_within(proc, timeout, _kill_group)
+    output, budget, spent = _limits.communicate_within(proc, timeout, kill_group)
     if spent == _limits.CPU:
         grade.notes.append(f"{name}: stopped after the time limit of {timeout:g} s of CPU "
                            f"time for the notebook")
@@ -303,7 +303,7 @@ def _run_notebook(nb: nbformat.NotebookNode, name: str, tmpdir: Path, *, timeout
         grade.notes.append(f"{name}: stopped after {budget.elapsed:.0f} s without working "
                            f"(it had used {budget.used:.1f} s of CPU time; the limit for the "
                            f"notebook is {timeout:g} s of CPU time)")
-    _kill_group(proc)
+    kill_group(proc)
     watched = [e for e in _read_jsonl(watch) if isinstance(e.get("notes"), list)]
     limits = _read_jsonl(tmpdir / "limits.jsonl")
     return (output, _read_log(log), watched, _failed_code_cells(tmpdir / "results.xml", nb),
@@ -385,14 +385,6 @@ def _failed_code_cells(junit: Path, nb: nbformat.NotebookNode) -> list[str]:
     return failed
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-
-
 def _read_log(log: Path) -> dict[str, list[dict]]:
     """Every verdict the notebook run logged, by exercise (a hint: the notebook's own code
     can write this file); predictions and anything malformed are skipped."""
@@ -402,94 +394,6 @@ def _read_log(log: Path) -> dict[str, list[dict]]:
         if {"exercise", "status", "message"} <= entry.keys():
             verdicts.setdefault(str(entry["exercise"]), []).append(entry)
     return verdicts
-
-
-def become_subreaper() -> bool:
-    """Make this process the parent of every orphan among its descendants (Linux), so that
-    a notebook's process that double-forks out of its group is still ours to kill."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(36, 1, 0, 0, 0) == 0          # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        return False
-
-
-def descendants(root: int | None = None) -> list[int]:
-    """Pids of every living descendant of ``root`` (default: this process), from /proc."""
-    root = os.getpid() if root is None else root
-    parent: dict[int, int] = {}
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-            if fields[0] != b"Z":
-                parent[int(entry)] = int(fields[1])
-        except (OSError, IndexError, ValueError):
-            continue
-    out, frontier = [], [root]
-    while frontier:
-        p = frontier.pop()
-        kids = [c for c, pp in parent.items() if pp == p]
-        out += kids
-        frontier += kids
-    return out
-
-
-def own_workers() -> set[int]:
-    """Pids of this process's own helpers: the shared gloo pools of
-    :mod:`labkit.parallel.launch` (a check may have started one while grading)."""
-    launch = sys.modules.get("labkit.parallel.launch")
-    pools = getattr(launch, "_POOLS", {}) if launch else {}
-    return {p.pid for pool in list(pools.values()) for p in pool.procs if p.pid}
-
-
-def reap_leftovers(keep: set[int] = frozenset()) -> int:
-    """Kill every descendant still alive (a learner's background process) except ``keep``
-    (those that were there before grading began) and this process's own worker pools;
-    their count. Killing and reaping a pool's worker would leave ``multiprocessing``
-    believing it alive, and the next job would wait for it forever."""
-    spare = set(keep) | own_workers()
-    spare |= {d for w in spare for d in descendants(w)}
-    pids = [p for p in descendants() if p not in spare]
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    for pid in pids:
-        try:
-            os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
-    return len(pids)
-
-
-def installed_files() -> dict[str, tuple[int, int]]:
-    """(size, mtime) of every file of labkit and of the installed packages: a submission
-    that rewrites one of them while it is graded is caught by comparing before and after."""
-    roots = {Path(__file__).resolve().parents[1], Path(sysconfig.get_paths()["purelib"])}
-    out: dict[str, tuple[int, int]] = {}
-    for root in roots:
-        for dirpath, _, files in os.walk(root):
-            if "__pycache__" in dirpath:
-                continue
-            for f in files:
-                if f.endswith((".pyc", ".pyo")):
-                    continue
-                full = os.path.join(dirpath, f)
-                try:
-                    st = os.stat(full)
-                except OSError:
-                    continue
-                out[full] = (st.st_size, st.st_mtime_ns)
-    return out
-
-
-def changed_files(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
-                  ) -> list[str]:
-    return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
 
 
 class GradingCompromised(RuntimeError):

@@ -22,14 +22,12 @@ frame, so the grader always knows where a request ends.
 """
 from __future__ import annotations
 
-import functools
 import importlib
 import io
 import json
 import os
 import signal
 import sys
-import sysconfig
 import time
 import traceback
 import types
@@ -41,6 +39,7 @@ import numpy
 import labkit.check.core
 from labkit.check import core, handles, plain, refuse
 from labkit.grade import limits
+from labkit.grade.processes import installed_roots
 
 WATCHED_PREFIXES = ("labkit",)
 WATCHED_MODULES = ("builtins", "numpy", "numpy.linalg", "numpy.random", "math", "os",
@@ -131,17 +130,6 @@ def _bound(key: str):
     return getattr(mod, attr, None) if mod is not None else None
 
 
-@functools.lru_cache(maxsize=1)
-def _installed_roots() -> tuple[str, ...]:
-    """Where installed code lives: the standard library, site-packages, labkit's package.
-    A file anywhere else (ipykernel's cell files, a module the learner wrote) is the
-    learner's, wherever the checkout or the temporary folder happens to be."""
-    paths = sysconfig.get_paths()
-    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
-    roots.add(os.path.dirname(os.path.dirname(os.path.abspath(labkit.check.core.__file__))))
-    return tuple(os.path.join(os.path.realpath(r), "") for r in roots)
-
-
 def learner_made(value) -> bool:
     """Whether an object was made by code outside any installed module: a function or
     class defined in a notebook cell (or by exec), a lambda, a value that is not a
@@ -152,7 +140,7 @@ def learner_made(value) -> bool:
         if name.startswith("<"):
             return True
         path = os.path.realpath(name)
-        return not any(path.startswith(root) for root in _installed_roots())
+        return not any(path.startswith(root) for root in installed_roots())
     module = getattr(value, "__module__", None)
     if module in ("__main__", None) and not isinstance(value, (types.BuiltinFunctionType,
                                                                 types.ModuleType)):
