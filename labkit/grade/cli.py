@@ -160,55 +160,52 @@ def grade(argv: list[str]) -> int:
     return 0
 
 
-def import_points(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="labkit-grade import-points",
-                                description="Read the instructor's points for written answers "
-                                            "into the gradebook and rewrite the reports.")
-    p.add_argument("points", type=Path)
+def _gradebook_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The options of the subcommands that work on an existing gradebook."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--out", type=Path, default=Path("grades"))
     p.add_argument("--solutions", type=Path, default=SOLUTIONS)
     p.add_argument("--config", type=Path)
-    args = p.parse_args(argv)
+    return p
+
+
+def _rewrite_from_gradebook(args, update=None, feedback=None) -> int:
+    """Rewrite ``--out``'s reports from its gradebook, after ``update(db)`` (which returns
+    what it did, for the line printed). Exits 2 with one line on stderr when there is no
+    gradebook yet or the arguments are wrong."""
     try:
         if not (args.out / gradebook.FILE).exists():
             raise ValueError(f"--out: no gradebook in {args.out} (grade first)")
         config = cfg.load(args.config)
         db = gradebook.connect(args.out)
-        n = gradebook.import_points(db, args.points)
+        done = update(db) if update is not None else ""
         graded = {r["notebook"] for r in gradebook.current(db).notebooks}
         assignment = Assignment.load(args.solutions).select(sorted(graded))
-        _, paths = _reports(db, assignment, config, args.out)
+        _, paths = _reports(db, assignment, config, args.out, feedback=feedback)
         db.close()
     except (ValueError, NotebookFormatError, OSError) as exc:
         print(f"labkit-grade: error: {exc}", file=sys.stderr)
         return 2
-    print(f"imported {n} points; wrote {', '.join(str(p) for p in paths)}")
+    print(f"{done}wrote {', '.join(str(p) for p in paths)}")
     return 0
+
+
+def import_points(argv: list[str]) -> int:
+    p = _gradebook_parser("labkit-grade import-points",
+                          "Read the instructor's points for written answers into the "
+                          "gradebook and rewrite the reports.")
+    p.add_argument("points", type=Path)
+    args = p.parse_args(argv)
+    return _rewrite_from_gradebook(
+        args, update=lambda db: f"imported {gradebook.import_points(db, args.points)} points; ")
 
 
 def export(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="labkit-grade export",
-                                description="Rewrite the reports and LMS exports from the "
-                                            "gradebook.")
-    p.add_argument("--out", type=Path, default=Path("grades"))
-    p.add_argument("--solutions", type=Path, default=SOLUTIONS)
-    p.add_argument("--config", type=Path)
+    p = _gradebook_parser("labkit-grade export",
+                          "Rewrite the reports and LMS exports from the gradebook.")
     p.add_argument("--feedback", type=Path)
     args = p.parse_args(argv)
-    try:
-        if not (args.out / gradebook.FILE).exists():
-            raise ValueError(f"--out: no gradebook in {args.out} (grade first)")
-        config = cfg.load(args.config)
-        db = gradebook.connect(args.out)
-        graded = {r["notebook"] for r in gradebook.current(db).notebooks}
-        assignment = Assignment.load(args.solutions).select(sorted(graded))
-        _, paths = _reports(db, assignment, config, args.out, feedback=args.feedback)
-        db.close()
-    except (ValueError, NotebookFormatError, OSError) as exc:
-        print(f"labkit-grade: error: {exc}", file=sys.stderr)
-        return 2
-    print(f"wrote {', '.join(str(p) for p in paths)}")
-    return 0
+    return _rewrite_from_gradebook(args, feedback=args.feedback)
 
 
 def main(argv: list[str] | None = None) -> int:
