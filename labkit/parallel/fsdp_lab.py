@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit._code import by_value
-from labkit.parallel.launch import pool_run
-from labkit.parallel.mp_labs import (LAST, WORLD, CollectiveSpy, _arrays, _error, _last,
-                                     _load, _precheck, _Watch, watched_names)
+from labkit.parallel.mp_labs import (WORLD, CollectiveSpy, _arrays, _error, _last, _load,
+                                     _precheck, _Watch, lab_run, lazy_module_attribute)
 
 
 # ---- 10.8: FSDP2 --------------------------------------------------------------------------
@@ -40,11 +38,7 @@ def _torch_modules():
     return LabNet
 
 
-def __getattr__(name: str):
-    if name == "LabNet":
-        globals().update(LabNet=_torch_modules())
-        return globals()[name]
-    raise AttributeError(name)
+__getattr__ = lazy_module_attribute(globals(), "LabNet", _torch_modules)
 
 
 NET = {"dim": 8, "hidden": 16, "depth": 3, "out": 4}
@@ -122,10 +116,8 @@ def fsdp_run(wrap_fn, seed: int, steps: int = 2) -> list[dict]:
     ``{"params", "local", "calls", "uses_labkit"}`` (or ``"missing"``/``"error"``);
     ``local[i]`` is parameter i's local shard size, -1 where it is not a DTensor."""
     _precheck(lambda: wrap_fn(None, None))
-    out = pool_run(fsdp_lab_worker, WORLD, by_value(wrap_fn), int(seed), int(steps),
-                   watched_names(), timeout_s=90)
-    LAST["10.8"] = {"results": out, "args": {"seed": int(seed), "steps": int(steps)}}
-    return out
+    return lab_run("10.8", fsdp_lab_worker, wrap_fn, int(seed), int(steps),
+                   args_seen={"seed": int(seed), "steps": int(steps)}, timeout_s=90)
 
 
 # ---- what the last run showed (for the cells after the check) -------------------------

@@ -12,10 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labkit._code import by_value
-from labkit.parallel.launch import pool_run
 from labkit.parallel.moe import all_to_all_bytes, capacity, lab_inputs
-from labkit.parallel.mp_labs import LAST, WORLD, _error, _last, _load, _Watch, watched_names
+from labkit.parallel.mp_labs import _error, _last, _load, _Watch, lab_run
 
 
 # ---- 10.10: expert parallelism over gloo ------------------------------------------------
@@ -52,10 +50,8 @@ def moe_run(layer_fn, problem: dict) -> list[dict]:
     (counted). ``problem``: the keyword arguments of :func:`labkit.parallel.moe.lab_inputs`
     (``world`` must be :data:`WORLD`). Per rank ``{"y", "calls" (bytes of each call's
     input), "sent", "uses_labkit"}`` or ``"missing"``/``"error"``."""
-    out = pool_run(moe_lab_worker, WORLD, by_value(layer_fn), dict(problem), watched_names(),
-                   timeout_s=60)
-    LAST["10.10"] = {"results": out, "args": {"problem": dict(problem)}}
-    return out
+    return lab_run("10.10", moe_lab_worker, layer_fn, dict(problem),
+                   args_seen={"problem": dict(problem)}, timeout_s=60)
 
 
 # ---- what the last run showed (for the cells after the check) -------------------------

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from labkit._code import _codes_of, resolve
-from labkit.parallel.launch import pool_start
+from labkit._code import _codes_of, by_value, resolve
+from labkit.parallel.launch import pool_run, pool_start
 
 WATCH_CLASS_MODULE = "labkit.check.refuse"   # where the refusal watch's class lives
 LAST: dict[str, dict] = {}       # exercise -> {"results", "args"} of its last real run here
@@ -219,3 +219,24 @@ def _last(exercise: str, last: dict | None):
     if not run or any("missing" in r or "error" in r for r in run["results"]):
         return None
     return run
+
+
+def lab_run(exercise: str, worker, fn, *args, args_seen: dict, timeout_s: float) -> list[dict]:
+    """One real run of a chapter 10 lab: ``worker(rank, world, by_value(fn), *args,
+    watched_names())`` on :data:`WORLD` ranks of the pool; the per-rank results, kept in
+    :data:`LAST` under ``exercise`` with ``args_seen`` for the summary cells after the check."""
+    out = pool_run(worker, WORLD, by_value(fn), *args, watched_names(), timeout_s=timeout_s)
+    LAST[exercise] = {"results": out, "args": args_seen}
+    return out
+
+
+def lazy_module_attribute(namespace: dict, name: str, build):
+    """A module ``__getattr__`` (PEP 562) that builds ``name`` with ``build()`` on first use
+    and keeps it in ``namespace`` (the module's ``globals()``): the torch classes of a lab,
+    defined only when torch is imported."""
+    def __getattr__(attr: str):
+        if attr == name:
+            namespace[name] = build()
+            return namespace[name]
+        raise AttributeError(attr)
+    return __getattr__

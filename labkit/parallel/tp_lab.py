@@ -12,10 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit._code import by_value
-from labkit.parallel.launch import pool_run
-from labkit.parallel.mp_labs import LAST, WORLD, _error, _last, _load, _precheck, _Watch, \
-    watched_names
+from labkit.parallel.mp_labs import (_error, _last, _load, _precheck, _Watch, lab_run,
+                                     lazy_module_attribute)
 
 
 # ---- 10.7: a tensor-parallel plan -------------------------------------------------------
@@ -65,11 +63,7 @@ def _torch_modules():
     return LabBlock
 
 
-def __getattr__(name: str):
-    if name == "LabBlock":
-        globals().update(LabBlock=_torch_modules())
-        return globals()[name]
-    raise AttributeError(name)
+__getattr__ = lazy_module_attribute(globals(), "LabBlock", _torch_modules)
 
 
 BLOCK = {"dim": 8, "heads": 4, "hidden": 16}
@@ -170,10 +164,8 @@ def tp_run(plan_fn, seed: int) -> list[dict]:
     two: collectives by name) or ``"missing"``/``"error"``; the sequence-parallel ``y`` is
     the rank's sequence shard."""
     _precheck(lambda: plan_fn(False))
-    out = pool_run(tp_lab_worker, WORLD, by_value(plan_fn), int(seed), watched_names(),
+    return lab_run("10.7", tp_lab_worker, plan_fn, int(seed), args_seen={"seed": int(seed)},
                    timeout_s=90)
-    LAST["10.7"] = {"results": out, "args": {"seed": int(seed)}}
-    return out
 
 
 # ---- what the last run showed (for the cells after the check) -------------------------

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit._code import by_value
-from labkit.parallel.launch import pool_run
-from labkit.parallel.mp_labs import (LAST, WORLD, CollectiveSpy, _arrays, _error, _last,
+from labkit.parallel.mp_labs import (WORLD, CollectiveSpy, _arrays, _error, _last,
                                      _live_storages, _load, _precheck, _storage_ptrs,
-                                     _Watch, watched_names)
+                                     _Watch, lab_run)
 from labkit.torch_models import torch_mlp
 
 
@@ -96,11 +94,9 @@ def zero_run(cls, seed: int, sizes, steps: int = 3) -> list[dict]:
     """Lab 10.6: ``cls(params, **ADAM)`` with ``.step()`` on :data:`WORLD` gloo ranks; per
     rank ``{"params", "held_bytes", "calls", "uses_labkit"}`` (or ``"missing"``/``"error"``)."""
     _precheck(lambda: cls([_dummy_param()], **ADAM).step())
-    out = pool_run(zero_lab_worker, WORLD, by_value(cls), int(seed), tuple(int(s) for s in sizes),
-                   int(steps), watched_names(), timeout_s=60)
-    LAST["10.6"] = {"results": out, "args": {"seed": int(seed), "sizes": tuple(sizes),
-                                             "steps": int(steps)}}
-    return out
+    return lab_run("10.6", zero_lab_worker, cls, int(seed), tuple(int(s) for s in sizes),
+                   int(steps), args_seen={"seed": int(seed), "sizes": tuple(sizes),
+                                          "steps": int(steps)}, timeout_s=60)
 
 
 def _dummy_param():
