@@ -9,6 +9,18 @@ def _plt():
     return plt
 
 
+def _rows_top_down(fig, ax, labels, xlabel: str, title: str, **label_kw):
+    """Finish a chart of horizontal bars: row i labelled ``labels[i]``, row 0 at the top;
+    the x label, the title, the layout. Returns ``fig``."""
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels, **label_kw)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
 def plot_schedule(sched, ax=None):
     """Gantt chart of a :class:`~labkit.parallel.pipeline.Schedule`: one row per stage,
     forwards light and backwards dark, each box labelled with its micro-batch."""
@@ -29,15 +41,12 @@ def plot_schedule(sched, ax=None):
         if label:
             ax.text((t.start + t.end) / 2, t.stage, str(t.microbatch + 1), ha="center",
                     va="center", fontsize=7)
-    ax.set_yticks(range(sched.stages))
-    ax.set_yticklabels([f"stage {s}" for s in range(sched.stages)])
-    ax.invert_yaxis()
     ax.set_xlim(0, sched.makespan)
-    ax.set_xlabel("time (units of t_f)")
-    ax.set_title(f"{sched.kind}: p={sched.stages}, m={sched.microbatches}, v={sched.chunks} — "
-                 f"bubble {sched.bubble_fraction:.3f}, peak stash {max(sched.peak_stash)}")
-    fig.tight_layout()
-    return fig
+    return _rows_top_down(fig, ax, [f"stage {s}" for s in range(sched.stages)],
+                          "time (units of t_f)",
+                          f"{sched.kind}: p={sched.stages}, m={sched.microbatches}, "
+                          f"v={sched.chunks} — bubble {sched.bubble_fraction:.3f}, peak stash "
+                          f"{max(sched.peak_stash)}")
 
 
 def plot_zero(rows, ax=None):
@@ -73,14 +82,9 @@ def plot_plans(plan_set, top: int = 10):
     ax.barh(range(len(best)), [p.step_time for p in best], color="tab:blue")
     for i, p in enumerate(best):
         ax.text(p.step_time, i, f"  MFU {p.mfu:.0%}", va="center", fontsize=8)
-    ax.set_yticks(range(len(best)))
-    ax.set_yticklabels(labels, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("estimated step time (s)")
-    ax.set_title(f"best of {len(plan_set.ranked)} plans that fit "
-                 f"({len(plan_set.rejected)} rejected)")
-    fig.tight_layout()
-    return fig
+    return _rows_top_down(fig, ax, labels, "estimated step time (s)",
+                          f"best of {len(plan_set.ranked)} plans that fit "
+                          f"({len(plan_set.rejected)} rejected)", fontsize=8)
 
 
 def plot_capacity_sweep(sweep, ax=None):
