@@ -164,6 +164,16 @@ def dims(name: str, value: Any, *, most: int = 3) -> tuple[int, ...]:
     return tuple(integer(name, d, low=1) for d in out)
 
 
+def instances(name: str, values: Iterable[Any], kind: type, noun: str = "rows") -> list:
+    """``values`` as a list, every item a ``kind`` (a table's rows): a ``TypeError``
+    "``name`` must hold ``Kind`` ``noun``, got ``type``" otherwise."""
+    out = list(values)
+    for item in out:
+        if not isinstance(item, kind):
+            raise TypeError(f"{name} must hold {kind.__name__} {noun}, got {type(item).__name__}")
+    return out
+
+
 def ceil_div(a: int, b: int) -> int:
     """⌈a / b⌉ for non-negative ints (blocks that cover ``a`` items, ``b`` per block)."""
     return -(-a // b)

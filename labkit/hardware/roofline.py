@@ -138,9 +138,7 @@ def format_rooflines(roofs) -> str:
     """One line per :class:`Roofline`: peak (TFLOP/s), bandwidth (GB/s) and ridge point
     (FLOP/byte) — chapter 01's comparison of this machine with the data sheets."""
     lines = []
-    for r in roofs:
-        if not isinstance(r, Roofline):
-            raise TypeError(f"roofs must hold Roofline objects, got {type(r).__name__}")
+    for r in v.instances("roofs", roofs, Roofline, "objects"):
         lines.append(f"{r.name:44s} peak {r.peak / 1e12:8.3f} TFLOP/s   bandwidth "
                      f"{r.bandwidth / 1e9:7.0f} GB/s   ridge {r.ridge:5.1f} FLOP/byte")
     return "\n".join(lines)

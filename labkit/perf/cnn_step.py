@@ -383,9 +383,7 @@ def format_cnn_runs(runs, label: str | None = None) -> str:
     lines = ["| device | threads | batch | samples/s [95 % CI] | host→device share | "
              "busy share (utilisation) | MFU | |",
              "|---|---:|---:|---:|---:|---:|---:|---|"]
-    for r in runs:
-        if not isinstance(r, CnnRun):
-            raise TypeError(f"runs must hold CnnRun rows, got {type(r).__name__}")
+    for r in v.instances("runs", runs, CnnRun):
         rate = f"{r.samples_per_s:,.0f}"
         if r.ci is not None:
             rate += f" [{r.batch / r.ci[1]:,.0f}, {r.batch / r.ci[0]:,.0f}]"

@@ -136,9 +136,7 @@ def format_memory_phases(rows) -> str:
     change, and what the phase's new tensors take."""
     lines = ["| after | resident MiB | change MiB | new tensors MiB |", "|---|---:|---:|---:|"]
     prev = None
-    for r in rows:
-        if not isinstance(r, MemoryPhase):
-            raise TypeError(f"rows must hold MemoryPhase rows, got {type(r).__name__}")
+    for r in v.instances("rows", rows, MemoryPhase):
         change = "" if prev is None else f"{(r.rss - prev) / 2 ** 20:+.1f}"
         exp = "" if r.expected is None else f"{r.expected / 2 ** 20:+.1f}"
         lines.append(f"| {r.phase} | {r.rss / 2 ** 20:.1f} | {change} | {exp} |")

@@ -310,9 +310,7 @@ def format_pitfalls(rows) -> str:
     """Markdown table of :func:`pitfalls`' rows, times in µs or ms."""
     lines = ["| timed with | median | mean | first sample | true warm call |",
              "|---|---:|---:|---:|---:|"]
-    for r in rows:
-        if not isinstance(r, Pitfall):
-            raise TypeError(f"rows must hold Pitfall rows, got {type(r).__name__}")
+    for r in v.instances("rows", rows, Pitfall):
         lines.append(f"| {r.how} | {_fmt_s(r.median_s)} | {_fmt_s(r.mean_s)} | "
                      f"{_fmt_s(r.first_s)} | {_fmt_s(r.true_s)} |")
     return "\n".join(lines)
