@@ -191,7 +191,11 @@ def test_class_has_thirteen_learners_with_points_and_subtotals(term):
     # ivy was 3 days late: 1 − 3 × 0.25 of the chapter-12 points
     assert first["ivy"]["12_performance_eval points"] == "1" and "3 days late" in first["ivy"]["notes"]
     assert first["lee"]["total"] == "6" and first["mo"]["total"] == "0"
-    assert "seed 7" in stdout and "notebooks graded" in stdout
+    assert "seed 7" in stdout and "26 notebooks graded (9 distinct files)" in stdout
+    # byte-identical files are graded once; the instructor hears of answered copies
+    assert "note: jon/12_performance_eval.ipynb: the same file as bob's (graded once)" in stdout
+    assert "cy/12_performance_eval.ipynb" not in stdout          # blank copies: no note
+    assert first["jon"]["12_performance_eval points"] == first["bob"]["12_performance_eval points"] == "4"
 
 
 def test_feedback_files_hold_one_learner_each_with_their_traceback(term):

@@ -55,18 +55,26 @@ def test_a_sleeping_run_is_stopped_as_idle_after_the_limit(procs):
     assert b.elapsed >= 0.6 and b.used < 0.02
 
 
-def test_a_run_sharing_its_core_is_judged_by_cpu_not_by_the_clock(procs):
-    """Three busy loops on the same core as the run: it gets a quarter of the core, so 1 s
-    of CPU takes about 4 s. A 1 s wall-clock limit (the grader's old rule) stopped it at
-    1 s; the budget stops it at 1 s of CPU."""
+THREADED = ("import threading\n"
+            "def spin():\n    while True: pass\n"
+            "t = threading.Thread(target=spin)\nt.start()\nt.join()")
+
+
+def test_a_run_starved_of_cpu_is_never_idle(procs):
+    """Twelve busy loops on the run's core: it gets about a thirteenth of it, under
+    IDLE_SHARE (CI at load 15 stopped busy loops as idle when idleness was "under a tenth
+    of a core"), and its CPU time grows over ten times slower than the clock: a wall-clock
+    limit (the grader's first rule) would stop it long before. Its computing thread is not
+    its main one, which waits in join as the tracer's does: the thread stays runnable, so
+    the run ends by its CPU time only."""
     core = {min(os.sched_getaffinity(0))}
     pin = lambda: os.sched_setaffinity(0, core)          # noqa: E731
-    for _ in range(3):
+    for _ in range(12):
         procs.append(spawn(BUSY, preexec_fn=pin))
-    procs.append(p := spawn(BUSY, preexec_fn=pin))
-    b = limits.Budget(p.pid, 1.0)
-    assert until_spent(b) == limits.CPU
-    assert b.elapsed > 1.5, b.elapsed
+    procs.append(p := spawn(THREADED, preexec_fn=pin))
+    b = limits.Budget(p.pid, 0.25)
+    assert until_spent(b, cap=60) == limits.CPU
+    assert b.waited < 0.25 and b.elapsed > 5 * b.used, (b.waited, b.elapsed, b.used)
 
 
 def test_children_count_so_a_parent_waiting_on_its_worker_is_not_idle(procs):

@@ -153,7 +153,8 @@ def grade(argv: list[str]) -> int:
         return 2
     print(report.summary(view))
     print(f"inputs drawn from seed {run.seed} (--seed {run.seed} draws them again); "
-          f"{len(run.grades)} notebooks graded in {run.seconds:.0f} s")
+          f"{len(run.grades)} notebooks graded ({run.distinct} distinct files) in "
+          f"{run.seconds:.0f} s")
     for n in run.notes:
         print("note:", n)
     print(f"wrote {', '.join(str(p) for p in paths)}")

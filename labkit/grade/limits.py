@@ -9,14 +9,17 @@ depend on what else runs. (CI once failed a correct notebook whose ``import torc
 past a 10 s wall-clock limit under load: its imports use about 5 s of CPU.)
 
 Work that waits instead of computing (``time.sleep``, a blocked pipe, a lost message) uses
-no CPU. It is stopped as *idle* once ``limit`` wall-clock seconds have passed while it has
-used under ``IDLE_SHARE`` of a core on average: a sleeping cell stops when the old
-wall-clock limit would have stopped it, and a computing one, unless it gets under a tenth
-of a core, only by its CPU time. Either way a run ends within ``limit / IDLE_SHARE``
-wall-clock seconds.
+no CPU. It is stopped as *idle* once it has waited ``limit`` wall-clock seconds: a stretch
+between two readings counts as waiting when no thread of the tree was runnable at the
+reading (Linux's state ``R``, running or queued for a core, or ``D``, in the disk) and the
+tree used under ``IDLE_SHARE`` of a core over it. A computing process starved by load stays
+runnable, so it is never idle however little CPU it gets (CI once stopped busy loops as
+idle on a machine at load 15, when idleness was "under a tenth of a core on average"): its
+end is its CPU time alone.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -28,9 +31,30 @@ POLL_S = 0.25
 CPU, IDLE = "cpu", "idle"
 
 
-def tree_cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of process ``pid``, its reaped children and its live
-    descendants; None when ``pid`` is gone."""
+def _runnable(proc: psutil.Process) -> bool:
+    """Whether a thread of ``proc`` is running, queued for a core or in the disk (R or D in
+    /proc/PID/task/TID/stat; the process's own state is only its first thread's)."""
+    try:
+        tids = os.listdir(f"/proc/{proc.pid}/task")
+    except OSError:
+        try:
+            return proc.status() in (psutil.STATUS_RUNNING, psutil.STATUS_DISK_SLEEP)
+        except psutil.Error:
+            return False
+    for tid in tids:
+        try:
+            with open(f"/proc/{proc.pid}/task/{tid}/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue        # the thread ended between the listing and the reading
+        if state in (b"R", b"D"):
+            return True
+    return False
+
+
+def tree_reading(pid: int) -> tuple[float, bool] | None:
+    """(user + system CPU seconds of process ``pid``, its reaped children and its live
+    descendants; whether any of their threads is runnable), or None when ``pid`` is gone."""
     try:
         root = psutil.Process(pid)
         t = root.cpu_times()
@@ -38,43 +62,55 @@ def tree_cpu_seconds(pid: int) -> float | None:
         kids = root.children(recursive=True)
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return None
+    runnable = _runnable(root)
     for kid in kids:
         try:
             k = kid.cpu_times()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue        # it ended between the listing and the reading
         total += k.user + k.system
-    return total
+        runnable = runnable or _runnable(kid)
+    return total, runnable
+
+
+def tree_cpu_seconds(pid: int) -> float | None:
+    """The CPU seconds of :func:`tree_reading`; None when ``pid`` is gone."""
+    reading = tree_reading(pid)
+    return None if reading is None else reading[0]
 
 
 class Budget:
     """``limit`` CPU seconds of process ``pid``'s tree from now (see the module docstring).
 
     ``spent()`` is None while the run may go on, else why it must stop: CPU (it used
-    ``limit`` CPU seconds) or IDLE (``limit`` wall-clock seconds passed and it used under
-    ``IDLE_SHARE`` of a core). When the tree's CPU time cannot be read, ``limit`` is a
-    wall-clock limit and running out of it counts as IDLE."""
+    ``limit`` CPU seconds) or IDLE (it waited ``limit`` wall-clock seconds: ``waited``).
+    When the tree cannot be read, ``limit`` is a wall-clock limit and running out of it
+    counts as IDLE."""
 
     def __init__(self, pid: int | None, limit: float):
         if not limit > 0:
             raise ValueError(f"limit must be > 0 seconds, got {limit!r}")
         self.pid, self.limit = pid, float(limit)
-        self.started = time.monotonic()
+        self.started = self._last = time.monotonic()
         self.cpu0 = tree_cpu_seconds(pid) if pid is not None else None
-        self.used = 0.0
-        self.elapsed = 0.0
+        self._cpu = self.cpu0
+        self.used = self.elapsed = self.waited = 0.0
 
     def spent(self) -> str | None:
-        self.elapsed = time.monotonic() - self.started
-        now = tree_cpu_seconds(self.pid) if self.cpu0 is not None else None
-        if now is not None:
-            self.used = now - self.cpu0
-            if self.used >= self.limit:
-                return CPU
-            if self.elapsed >= self.limit and self.used < IDLE_SHARE * self.elapsed:
-                return IDLE
-            return None
-        return IDLE if self.elapsed >= self.limit else None
+        now = time.monotonic()
+        self.elapsed = now - self.started
+        reading = tree_reading(self.pid) if self.cpu0 is not None else None
+        if reading is None:
+            return IDLE if self.elapsed >= self.limit else None
+        cpu, runnable = reading
+        self.used = cpu - self.cpu0
+        if self.used >= self.limit:
+            return CPU
+        step = now - self._last
+        if not runnable and cpu - self._cpu < IDLE_SHARE * step:
+            self.waited += step
+        self._last, self._cpu = now, cpu
+        return IDLE if self.waited >= self.limit else None
 
 
 def communicate_within(proc: subprocess.Popen, limit: float, stop) -> tuple[str, Budget, str | None]:

@@ -18,7 +18,9 @@ of the installed packages changed while it graded.
 """
 from __future__ import annotations
 
+import copy
 import difflib
+import hashlib
 import json
 import math
 import os
@@ -338,6 +340,14 @@ def _limit_note(cell_timeout: float, limits: list[dict], output: str) -> str:
     return what + (" (an interrupt did not stop it)" if "Failed to interrupt" in output else "")
 
 
+def file_digest(path: Path | None) -> str | None:
+    """The SHA-256 of a submitted file's bytes; None where there is no readable file."""
+    try:
+        return None if path is None else hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 def read_submission(path: Path) -> nbformat.NotebookNode:
     """A learner's notebook as nbformat 4, or ValueError with one plain line."""
     try:
@@ -408,6 +418,7 @@ class GradingRun:
     files: dict[str, dict[str, Path]]        # every learner found -> notebook -> file
     seconds: float = 0.0
     intake: object = None                    # keeps LMS files staged until close()
+    distinct: int = 0                        # files graded (byte-identical ones once)
 
     def close(self) -> None:
         if self.intake is not None:
@@ -454,16 +465,11 @@ def grade_class(submissions: Path, assignment: Assignment, *, timeout: float = 3
         bar = tqdm(total=len(work), desc="grading", unit="notebook", disable=not progress)
         compromised: list[str] = []
 
-        def one(item) -> NotebookGrade:
+        def graded(item) -> NotebookGrade:
             who, path, name = item
             result = grade_notebook(who.name, path, name, assignment, timeout=timeout,
                                     cell_timeout=cell_timeout, seed=seed,
                                     exercise_timeout=exercise_timeout)
-            result.student_id = who.student_id
-            if name in who.submitted_at:
-                result.submitted_at = who.submitted_at[name].isoformat(timespec="seconds")
-            result.notes[:0] = [n for n in who.notes if n.startswith(f"{name}:")]
-            result.apply_points(config, config.due_of(name))
             if jobs == 1:
                 changed = changed_files(before, installed_files())
                 if changed and not compromised:
@@ -471,9 +477,35 @@ def grade_class(submissions: Path, assignment: Assignment, *, timeout: float = 3
             bar.update()
             return result
 
+        # byte-identical files (untouched notebooks, copies) are graded once: with one seed
+        # for the run, the grade of a file depends on its bytes alone
+        keys = [(name, file_digest(path)) for _, path, name in work]
+        first = {}
+        for key, item in zip(keys, work):
+            if key[1] is not None:
+                first.setdefault(key, item)
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            grades = list(pool.map(one, work))
+            done = dict(zip(first, pool.map(graded, first.values())))
+        grades = []
+        for key, item in zip(keys, work):
+            who, path, name = item
+            if key[1] is None:
+                result = graded(item)
+            else:
+                result = copy.deepcopy(done[key])
+                result.learner = who.name
+                if first[key] is not item:
+                    bar.update()
+                    if any(s != MISSING for s in result.statuses.values()):
+                        notes.append(f"{who.name}/{name}: the same file as "
+                                     f"{first[key][0].name}'s (graded once)")
+            result.student_id = who.student_id
+            if name in who.submitted_at:
+                result.submitted_at = who.submitted_at[name].isoformat(timespec="seconds")
+            result.notes[:0] = [n for n in who.notes if n.startswith(f"{name}:")]
+            result.apply_points(config, config.due_of(name))
+            grades.append(result)
         bar.close()
         for who in people.values():
             notes += [f"{who.name}: {n}" for n in who.notes if not any(
@@ -489,7 +521,8 @@ def grade_class(submissions: Path, assignment: Assignment, *, timeout: float = 3
                 f"{', '.join(changed[:5])}{' …' if len(changed) > 5 else ''}; first seen after "
                 f"{who}. Reinstall (make clean-venv, git checkout labkit) and grade again.")
         files = {who.name: dict(who.files) for who in found.learners.values()}
-        return GradingRun(grades, notes, seed, files, time.perf_counter() - start, found)
+        return GradingRun(grades, notes, seed, files, time.perf_counter() - start, found,
+                          len(first))
     except BaseException:
         found.close()
         raise
