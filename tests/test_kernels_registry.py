@@ -89,6 +89,7 @@ def test_the_families_and_their_order():
     assert list(KERNELS[MATMUL]) == ["naive", "coalesced", "tiled", "register", "register2d"]
     assert list(KERNELS[REDUCTION]) == ["atomic", "interleaved", "strided", "shared", "warp",
                                         "fast"]
+    assert list(KERNELS[SOFTMAX]) == ["naive", "online", "block", "warp"]
     for family, entries in KERNELS.items():
         for variant, kernel in entries.items():
             assert kernel.variant == variant and dataclasses.is_dataclass(kernel)

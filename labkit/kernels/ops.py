@@ -177,8 +177,10 @@ SOFTMAXES = tuple(KERNELS[SOFTMAX])          # the variants, from the registry
 
 def softmax(x: Any, *, variant: str = "online", runner: str = "trace",
             block: int = 32) -> Launch:
-    """Softmax of each row of x: a thread per row ('naive': three passes, 'online': two) or
-    a block of ``block`` threads per row ('block')."""
+    """Softmax of each row of x: a thread per row ('naive': three passes, 'online': two),
+    a block of ``block`` threads per row ('block'), or a warp per row ('warp',
+    :func:`~labkit.kernels.library.softmax_rows_warp`: blocks of (32, block / 32) threads,
+    ``block`` a power of two >= 32)."""
     x = _f32(x, "x", 2)
     kernel = lookup(SOFTMAX, variant)
     block = kernel.block(block)

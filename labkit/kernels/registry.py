@@ -312,6 +312,7 @@ KERNELS: dict[str, dict[str, Any]] = {
         "online": SoftmaxKernel("online", lib.softmax_rows_online, any_block),
         "block": SoftmaxKernel("block", lib.softmax_rows_block, pow2_block(2),
                                _block_per_row, reads=3),
+        "warp": SoftmaxKernel("warp", lib.softmax_rows_warp, pow2_block(32), _warp_per_row),
     },
     ATTENTION: {
         "standard": AttentionKernel("standard", None, _standard, cf.standard_attention_bytes,
