@@ -7,7 +7,8 @@ names of the checks that failed, so more sections (the allocator comparison) plu
 
 * ``kernels``   every kernel of ``labkit.kernels.library`` compiled by ``numba.cuda`` on
                 the GPU, compared with numpy (sizes not multiples of the block; every
-                matmul shape, ``REGISTER2D_TRIALS`` too, on full and cut tiles).
+                variant of ``labkit.kernels.registry.KERNELS``; every matmul shape,
+                ``REGISTER2D_TRIALS`` too, on full and cut tiles).
 * ``timing``    how to time a GPU, with numbers: wall time including host copies, wall
                 time without synchronising, and CUDA events after a warm-up.
 * ``matmul``    the ladder naive -> coalesced -> tiled -> register -> 2-D register-blocked
@@ -63,15 +64,14 @@ along rows, columns and k."""
 
 
 def matmul_cases() -> list[tuple[str, dict]]:
-    """(variant, ``ops.matmul`` keywords) of the correctness pass: the ladder's launch shapes
-    (``models.LADDER_SHAPES``), smaller tiles, and every :data:`REGISTER2D_TRIALS` shape
-    (the first is ``ops.BLOCKED_2D``, register2d's default)."""
-    from labkit.kernels.models import LADDER_SHAPES
+    """(variant, ``ops.matmul`` keywords) of the correctness pass: each rung's
+    ``checked_shapes`` in the registry (the ladder's launch shapes, ``models.LADDER_SHAPES``,
+    and smaller tiles), then every :data:`REGISTER2D_TRIALS` shape (the first is
+    ``ops.BLOCKED_2D``, register2d's default)."""
+    from labkit.kernels.registry import KERNELS, MATMUL
 
-    cases = [("naive", dict(tile=16)), ("coalesced", dict(tile=16)),
-             ("tiled", dict(tile=16)), ("tiled", dict(tile=32)),
-             ("register", dict(tile=32, rows=4)), ("register", dict(tile=64, rows=4)),
-             ("register2d", dict(blocked=LADDER_SHAPES["register2d"]))]
+    cases = [(variant, kernel.keywords(shape)) for variant, kernel in KERNELS[MATMUL].items()
+             for shape in kernel.checked_shapes]
     return cases + [("register2d", dict(blocked=shape)) for shape in REGISTER2D_TRIALS]
 
 
@@ -79,6 +79,7 @@ def section_kernels(ctx: Context) -> list[str]:
     """Run every op with runner='numba' on the GPU; return the failures."""
     from labkit.kernels import library as lib
     from labkit.kernels import ops
+    from labkit.kernels.registry import KERNELS, REDUCTION, SOFTMAX, TRANSPOSE
 
     rng = ctx.rng
     a1 = rng.standard_normal(1000).astype(np.float32)
@@ -110,10 +111,10 @@ def section_kernels(ctx: Context) -> list[str]:
         "prefix_sum": (lambda: ops.prefix_sum(a1, runner="numba", block=128), np.cumsum(a1),
                        1e-3),
     }
-    for variant in ("naive", "shared", "padded"):
+    for variant in KERNELS[TRANSPOSE]:
         cases[f"transpose_{variant}"] = (
             lambda v=variant: ops.transpose(m, variant=v, runner="numba"), m.T, 0.0)
-    for variant in ("atomic", "interleaved", "strided", "shared", "warp", "fast"):
+    for variant in KERNELS[REDUCTION]:
         cases[f"reduce_{variant}"] = (
             lambda v=variant: ops.reduce_sum(big, variant=v, runner="numba", block=256),
             np.array([big.astype(np.float64).sum()]), 1e-3)
@@ -121,7 +122,7 @@ def section_kernels(ctx: Context) -> list[str]:
         label = f"matmul_{variant}_" + "_".join(str(v) for v in kw.get("blocked", kw).values())
         cases[label] = (lambda v=variant, k=kw: ops.matmul(ma, mb, variant=v, runner="numba",
                                                            **k), ma @ mb, 1e-3)
-    for variant in ops.SOFTMAXES:
+    for variant in KERNELS[SOFTMAX]:
         cases[f"softmax_{variant}"] = (
             lambda v=variant: ops.softmax(sx, variant=v, runner="numba", block=64), soft, 1e-5)
 

@@ -25,8 +25,9 @@ For each kernel of :data:`labkit.kernels.models.LADDER` (at the launch shapes
    the shortest: where a phase has a path for full tiles beside the guarded one, the full
    tiles' path.
 
-For the reductions of :data:`REDUCTIONS` (the first passes ``gpu_check.py`` times, plus
-``reduce_fast`` at every ``--reduce block,unroll``) it counts the loop that loads most
+For the reductions with a ``ptx_shape`` in :data:`labkit.kernels.registry.KERNELS` (the
+first passes ``gpu_check.py`` times, plus ``reduce_fast`` at every ``--reduce
+block,unroll``) it counts the loop that loads most
 (the grid-stride loop; the whole kernel where no loop loads): its global loads, its
 instructions per element loaded, the integer ones among them, and ``wrap``, the
 ``SHF.R.S32.HI ..., 0x1f`` that take the sign of a 64-bit index — numba's negative-index
@@ -429,51 +430,38 @@ def report(name: str, fn, tools: dict[str, str], arch: str = "sm_90",
 
 # ---- the ladder -------------------------------------------------------------------------
 
-def ffma_per_phase(variant: str, shape: dict) -> int | None:
-    """FMAs one thread does per phase of k (None for the kernels without phases)."""
-    if variant == "tiled":
-        return shape["tile"]
-    if variant == "register":
-        return shape["tile"] * shape["rows"]
-    if variant == "register2d":
-        return shape["bk"] * shape["tm"] * shape["tn"]
-    return None
-
-
 def ladder(blocked: list[dict], only: set[str] | None) -> list[tuple]:
     """(name, kernel fn, FMAs per thread and phase, threads per block) of the ladder at
-    gpu_check's shapes."""
+    gpu_check's shapes (each rung's registry entry: its ladder shape, and every
+    ``blocked`` shape for a rung that takes one)."""
     from labkit.kernels import models, ops
+    from labkit.kernels.registry import KERNELS, MATMUL
     out = []
     for variant in models.LADDER:
         if only and variant not in only:
             continue
-        shapes = [models.LADDER_SHAPES[variant]] + (blocked if variant == "register2d" else [])
-        for s in shapes:
-            kw = {"blocked": s} if variant == "register2d" else s
-            _, block, fn = ops.matmul_launch(variant, 4096, 4096, **kw)
+        kernel = KERNELS[MATMUL][variant]
+        for s in [kernel.ladder_shape] + (blocked if kernel.blocked else []):
+            _, block, fn = ops.matmul_launch(variant, 4096, 4096, **kernel.keywords(s))
             out.append((f"{variant}_" + "_".join(str(v) for v in s.values()), fn,
-                        ffma_per_phase(variant, s), block[0] * block[1]))
+                        kernel.ffma_per_phase(s), block[0] * block[1]))
     return out
 
 
-REDUCTIONS = {"reduce_shared": dict(block=256), "reduce_warp": dict(block=256),
-              "reduce_fast": dict(block=256, unroll=4)}
-"""The reductions of the report at ``gpu_check.py``'s shapes (``reduce_fast`` with its
-default ``unroll``)."""
-
-
 def reductions(extra: list[dict], only: set[str] | None) -> list[tuple]:
-    """(name, kernel fn, threads per block) of :data:`REDUCTIONS` and of ``reduce_fast`` at
-    every ``extra`` shape."""
-    from labkit.kernels import library as lib
+    """(name, kernel fn, threads per block) of the reductions whose registry entry has a
+    ``ptx_shape`` (the first passes ``gpu_check.py`` times: ``reduce_shared``,
+    ``reduce_warp``, ``reduce_fast`` with its default ``unroll``), and of the grid-stride
+    one (``reduce_fast``) at every ``extra`` shape."""
+    from labkit.kernels.registry import KERNELS, REDUCTION
     out = []
-    for kernel, shape in REDUCTIONS.items():
-        if only and kernel not in only:
+    for kernel in KERNELS[REDUCTION].values():
+        name = kernel.factory.__name__
+        if kernel.ptx_shape is None or (only and name not in only):
             continue
-        for s in [shape] + (extra if kernel == "reduce_fast" else []):
-            out.append((f"{kernel}_" + "_".join(str(v) for v in s.values()),
-                        getattr(lib, kernel)(**s), s["block"]))
+        for s in [kernel.ptx_shape] + (extra if kernel.takes_blocks else []):
+            out.append((f"{name}_" + "_".join(str(v) for v in s.values()),
+                        kernel.factory(**s), s["block"]))
     return out
 
 

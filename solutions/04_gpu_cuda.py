@@ -44,6 +44,7 @@ import labkit
 from labkit.check import check, predict, reveal
 from labkit.kernels import library as lib, ops, plots, widgets
 from labkit.kernels.analysis import summarize, traffic, element_counts
+from labkit.kernels.registry import KERNELS, REDUCTION, TRANSPOSE, variants
 from labkit.kernels import occupancy as occ   # occ.occupancy is what exercise 4.6 builds
 from labkit.kernels.occupancy import A100, GPUS, H100, V100
 from labkit.kernels.roofline import PRESETS, hardware, ratios
@@ -445,7 +446,7 @@ check("4.5", transpose_tile)
 
 # %% id="transpose-compare"
 m = rng.standard_normal((64, 64)).astype(np.float32)
-for variant in ("naive", "shared", "padded"):
+for variant in KERNELS[TRANSPOSE]:
     s = summarize(ops.transpose(m, variant=variant).trace)
     print(f"{variant:7s}: {s.sectors_per_request:5.2f} sectors per warp request, "
           f"{s.max_conflict_ways:2d}-way bank conflicts")
@@ -819,7 +820,7 @@ reveal("4.tc", errs.fastest_growing);
 
 # %% id="ex-trees-measure"
 x = rng.standard_normal(256).astype(np.float32)
-for variant in ("interleaved", "strided", "shared"):
+for variant in variants(REDUCTION, shared_tree=True):     # the three shared-memory trees
     s = summarize(ops.reduce_sum(x, variant=variant, block=256).trace)
     print(f"{variant:11s}: {s.max_conflict_ways}-way bank conflicts, "
           f"SIMT efficiency {s.simt_efficiency:.0%}")

@@ -45,6 +45,7 @@ import labkit
 from labkit.check import check, predict, reveal
 from labkit.kernels import library as lib, ops, plots, widgets, models
 from labkit.kernels.analysis import summarize, traffic, element_counts
+from labkit.kernels.registry import KERNELS, MATMUL, REDUCTION
 from labkit.kernels.roofline import PRECISIONS, PRESETS, bound
 from labkit.kernels.trace import READ, WRITE
 from labkit.kernels.tracer import run_traced
@@ -81,7 +82,7 @@ print("CUDA backend:", labkit.CUDA_BACKEND)
 # %% id="cell-003"
 x = (rng.standard_normal(256) + 0.5).astype(np.float32)
 summaries = {}
-for variant in ops.REDUCTIONS:
+for variant in KERNELS[REDUCTION]:
     result = ops.reduce_sum(x, variant=variant, block=128)
     s = summaries[variant] = summarize(result.trace)
     print(f"{variant:12s} sum={float(result.value[0]):9.4f} (numpy {x.sum():9.4f})  "
@@ -293,8 +294,8 @@ a = rng.standard_normal((24, 19)).astype(np.float32)
 b = rng.standard_normal((19, 20)).astype(np.float32)
 mm = {}
 small_2d = dict(bm=16, bn=16, bk=8, tm=2, tn=2)     # register2d at this size: 64 threads
-for variant in ops.MATMULS:
-    blocked = small_2d if variant == "register2d" else None
+for variant, rung in KERNELS[MATMUL].items():
+    blocked = small_2d if rung.blocked else None        # register2d takes its tile shapes
     result = ops.matmul(a, b, variant=variant, tile=8, rows=2, blocked=blocked)
     mm[variant] = summarize(result.trace)
     t = mm[variant].traffic

@@ -11,6 +11,7 @@ from labkit.kernels.analysis import (BudgetExceeded, busiest_thread_accesses,
                                      format_races, races, shuffle_instructions,
                                      simt_efficiency, summarize, thread_accesses,
                                      total_sectors, traffic, warp_instructions)
+from labkit.kernels.registry import MATMUL, REDUCTION, variants
 from labkit.kernels.trace import LOCAL, READ, SHARED, WRITE
 from labkit.kernels.tracer import run_traced
 from mutants import mutant
@@ -18,7 +19,7 @@ from mutants import mutant
 rng = np.random.default_rng(7)
 
 
-@pytest.mark.parametrize("variant", [v for v in ops.MATMULS if v != "register2d"])
+@pytest.mark.parametrize("variant", variants(MATMUL, blocked=False))
 @pytest.mark.parametrize("m,k,n", [(19, 23, 13), (8, 16, 8)])
 def test_matmul_traffic_matches_closed_form(variant, m, k, n):
     a = rng.standard_normal((m, k)).astype(np.float32)
@@ -47,7 +48,7 @@ def test_tiled_reads_each_element_n_over_tile_times():
         enforce(naive, max_reads_per_element={"a": 2, "b": 2})
 
 
-@pytest.mark.parametrize("variant", ["interleaved", "strided", "shared"])
+@pytest.mark.parametrize("variant", variants(REDUCTION, shared_tree=True))
 @pytest.mark.parametrize("n,block", [(300, 64), (33, 32)])
 def test_reduction_traffic_matches_closed_form(variant, n, block):
     x = rng.standard_normal(n).astype(np.float32)

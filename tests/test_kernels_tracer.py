@@ -10,6 +10,8 @@ import pytest
 from labkit.kernels import library as lib
 from labkit.kernels import ops, run_numba, vector_add
 from labkit.kernels.analysis import element_counts, traffic
+from labkit.kernels.registry import (ATTENTION, KERNELS, MATMUL, REDUCTION, SOFTMAX,
+                                     TRANSPOSE)
 from labkit.kernels.trace import LOCAL, WRITE, Deadlock, OutOfBounds, TraceLimitExceeded
 from labkit.kernels.tracer import run_traced
 from mutants import mutant
@@ -45,15 +47,23 @@ CASES = {
     "conv_naive": (lambda r: ops.conv1d(A1, B1[:5], shared=False, runner=r),
                    np.convolve(A1, B1[:5][::-1], "same")),
     "scan": (lambda r: ops.prefix_sum(X300, runner=r), np.cumsum(X300)),
-    "softmax_block": (lambda r: ops.softmax(SX, variant="block", runner=r), softmax_np(SX)),
 }
-for _v in ("atomic", "interleaved", "strided", "shared"):
-    CASES[f"reduce_{_v}"] = (lambda r, v=_v: ops.reduce_sum(X300, variant=v, runner=r),
-                             np.array([X300.sum()]))
-CASES["reduce_fast"] = (lambda r: ops.reduce_sum(X300, variant="fast", block=32, runner=r),
-                       np.array([X300.sum()]))
-CASES["reduce_warp"] = (lambda r: ops.reduce_sum(X300[:100], variant="warp", runner=r),
-                        np.array([X300[:100].sum()]))
+# every variant of every family in the registry, on one input per family (a new entry is
+# tested here without a line of this file); then the shapes a family's default misses
+FAMILIES = {
+    REDUCTION: lambda v: (lambda r: ops.reduce_sum(X300, variant=v, runner=r),
+                          np.array([X300.sum()])),
+    MATMUL: lambda v: (lambda r: ops.matmul(MA, MB, variant=v, runner=r), MA @ MB),
+    TRANSPOSE: lambda v: (lambda r: ops.transpose(M2, variant=v, runner=r), M2.T),
+    SOFTMAX: lambda v: (lambda r: ops.softmax(SX, variant=v, runner=r), softmax_np(SX)),
+}
+for _family, _case in FAMILIES.items():
+    for _v in KERNELS[_family]:
+        CASES[f"{_family}_{_v}"] = _case(_v)
+CASES["reduce_fast_one_warp"] = (
+    lambda r: ops.reduce_sum(X300, variant="fast", block=32, runner=r), np.array([X300.sum()]))
+CASES["reduce_warp_one_block"] = (
+    lambda r: ops.reduce_sum(X300[:100], variant="warp", runner=r), np.array([X300[:100].sum()]))
 CASES["matmul_register2d_small"] = (
     lambda r: ops.matmul(MA, MB, variant="register2d", runner=r,
                          blocked=dict(bm=16, bn=16, bk=4, tm=2, tn=2)), MA @ MB)
@@ -67,13 +77,12 @@ CASES["matmul_register2d_full_and_cut_tiles"] = (
                          blocked=dict(bm=16, bn=16, bk=4, tm=2, tn=2)), MC @ MD)
 CASES["matmul_register_full_and_cut_tiles"] = (
     lambda r: ops.matmul(MC, MD, variant="register", tile=16, rows=4, runner=r), MC @ MD)
-for _v in ("naive", "shared", "padded"):
-    CASES[f"transpose_{_v}"] = (lambda r, v=_v: ops.transpose(M2, variant=v, runner=r), M2.T)
-for _v in ops.MATMULS:
-    CASES[f"matmul_{_v}"] = (lambda r, v=_v: ops.matmul(MA, MB, variant=v, runner=r), MA @ MB)
-for _v in ("naive", "online"):
-    CASES[f"softmax_{_v}"] = (lambda r, v=_v: ops.softmax(SX, variant=v, runner=r),
-                              softmax_np(SX))
+
+
+def test_every_family_of_the_registry_has_a_case():
+    assert set(FAMILIES) | {ATTENTION} == set(KERNELS)     # attention: test_kernels_labs
+    assert {f"reduction_{v}" for v in ("atomic", "shared", "warp", "fast")} | {
+        f"softmax_{v}" for v in ("naive", "online", "block")} <= set(CASES)
 
 
 @pytest.mark.parametrize("runner", RUNNERS)

@@ -52,6 +52,8 @@ CASES = [
     (lambda: ops.prefix_sum(A, block=0), ValueError, "block"),
     (lambda: ops.softmax(M, variant="block", block=3), ValueError, "block"),
     (lambda: ops.softmax(M, block=0), ValueError, "block"),
+    (lambda: ops.softmax(M, variant="warp", block=48), ValueError, "block"),
+    (lambda: ops.softmax(M, variant="warp", block=16), ValueError, "block"),
     (lambda: ops.transpose(M, variant="diagonal"), ValueError, "variant"),
     (lambda: ops.transpose(A), ValueError, "a"),
     (lambda: run_traced(lib.vector_add, 0, 32, A, A, A), ValueError, "griddim"),

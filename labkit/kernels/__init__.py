@@ -9,6 +9,9 @@ labkit runs it
   (:mod:`labkit.kernels.analysis`); and
 * compiled by ``numba.cuda`` (:func:`run_numba`), on a real GPU or Numba's CUDA simulator.
 
+Each kernel family's variants (matmul, reduction, transpose, softmax, attention) are
+listed once, in :data:`labkit.kernels.registry.KERNELS`: factory, launch rule, closed forms.
+
 Importing this package is cheap: numba and matplotlib are imported only where used.
 """
 from labkit.kernels.library.elementwise import vector_add  # noqa: F401

@@ -15,40 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from labkit import hardware
+from labkit.kernels.closed_forms import (  # noqa: F401  (models' names since chapter 05)
+    BLOCKED_2D, FLOAT_BYTES, AttentionBytes, MatmulTraffic, ReductionTraffic)
 from labkit.kernels.occupancy import occupancy
+from labkit.kernels.registry import ATTENTION, KERNELS, MATMUL, REDUCTION, lookup, variants
 from labkit.validate import ceil_div as cdiv
 from labkit.validate import integer, one_of
-
-FLOAT_BYTES = 4
-
-
-
-BLOCKED_2D = dict(bm=64, bn=64, bk=8, tm=4, tn=4)   # tile shapes of 'register2d' by default
-
-@dataclass(frozen=True)
-class MatmulTraffic:
-    """Element accesses of c = a @ b with a (m, k), b (k, n) for one kernel variant."""
-    a_reads: int
-    b_reads: int
-    c_writes: int
-    max_reads_a: int        # most reads of any one element of a
-    max_reads_b: int
-    shared_reads: int
-    shared_writes: int
-
-    @property
-    def global_reads(self) -> int:
-        """Reads of a and b from global memory."""
-        return self.a_reads + self.b_reads
-
-    @property
-    def global_accesses(self) -> int:
-        return self.global_reads + self.c_writes
 
 
 def matmul_traffic(m: int, n: int, k: int, variant: str, tile: int = 8,
                    rows: int = 2, blocked: dict | None = None) -> MatmulTraffic:
-    """Closed forms for :func:`labkit.kernels.ops.matmul`.
+    """Closed forms for :func:`labkit.kernels.ops.matmul` (each variant's in its
+    :data:`~labkit.kernels.registry.KERNELS` entry, :mod:`~labkit.kernels.closed_forms`).
 
     naive / coalesced: every output reads a row of a and a column of b: a and b are read
     m*n*k times each, each element of a n times. tiled (tile T): block (bi, bj) loads
@@ -61,37 +39,8 @@ def matmul_traffic(m: int, n: int, k: int, variant: str, tile: int = 8,
     """
     for name, v in (("m", m), ("n", n), ("k", k), ("tile", tile), ("rows", rows)):
         integer(name, v, low=1)
-    one_of("variant", variant, ("naive", "coalesced", "tiled", "register", "register2d"))
-    if variant in ("naive", "coalesced"):
-        return MatmulTraffic(m * n * k, m * n * k, m * n, n, m, 0, 0)
-    if variant == "register2d":
-        p = dict(BLOCKED_2D, **(blocked or {}))
-        blocks = cdiv(m, p["bm"]) * cdiv(n, p["bn"])
-        phases = cdiv(k, p["bk"])
-        threads = blocks * (p["bm"] // p["tm"]) * (p["bn"] // p["tn"])
-        return MatmulTraffic(m * k * cdiv(n, p["bn"]), k * n * cdiv(m, p["bm"]), m * n,
-                             cdiv(n, p["bn"]), cdiv(m, p["bm"]),
-                             threads * phases * p["bk"] * (p["tm"] + p["tn"]),
-                             blocks * phases * p["bk"] * (p["bm"] + p["bn"]))
-    blocks = cdiv(m, tile) * cdiv(n, tile)
-    phases = cdiv(k, tile)
-    if variant == "tiled":
-        threads = blocks * tile * tile
-        shared_r, shared_w = threads * phases * 2 * tile, threads * phases * 2
-    else:
-        threads = blocks * tile * tile // rows
-        shared_r, shared_w = threads * phases * tile * (1 + rows), threads * phases * 2 * rows
-    return MatmulTraffic(m * k * cdiv(n, tile), k * n * cdiv(m, tile), m * n,
-                         cdiv(n, tile), cdiv(m, tile), shared_r, shared_w)
-
-
-@dataclass(frozen=True)
-class ReductionTraffic:
-    global_reads: int
-    global_writes: int
-    global_atomics: int
-    shared_reads: int
-    shared_writes: int
+    kernel = lookup(MATMUL, variant)
+    return kernel.traffic(m, n, k, kernel.shape(tile, rows, blocked))
 
 
 def fast_reduction_traffic(n: int, block: int, blocks: int) -> ReductionTraffic:
@@ -99,13 +48,12 @@ def fast_reduction_traffic(n: int, block: int, blocks: int) -> ReductionTraffic:
     threads: n global reads, one atomic per block, one shared write and read per warp."""
     n, block, blocks = integer("n", n, low=1), integer("block", block, low=32), integer(
         "blocks", blocks, low=1)
-    warps = block // 32
-    return ReductionTraffic(n, 0, blocks, blocks * warps, blocks * warps)
+    return KERNELS[REDUCTION]["fast"].traffic(n, block, blocks)
 
 
 def fast_reduction_shuffles(block: int, blocks: int) -> int:
     """Shuffles of reduce_fast: every thread 5 (log2 32) steps, then warp 0 another 5."""
-    return blocks * 5 * (block + 32)
+    return KERNELS[REDUCTION]["fast"].shuffles(None, block, blocks)
 
 
 def reduction_traffic(n: int, variant: str, block: int = 64) -> ReductionTraffic:
@@ -117,13 +65,12 @@ def reduction_traffic(n: int, variant: str, block: int = 64) -> ReductionTraffic
     """
     if n < 1 or block < 1:
         raise ValueError(f"n and block must be >= 1, got n={n}, block={block}")
-    if variant == "atomic":
-        return ReductionTraffic(n, 0, n, 0, 0)
-    if variant not in ("shared", "interleaved", "strided"):
-        raise ValueError(f"variant must be atomic, interleaved, strided or shared, got "
-                         f"{variant!r}")
-    blocks = cdiv(n, block)
-    return ReductionTraffic(n, blocks, 0, blocks * (2 * block - 1), blocks * (2 * block - 1))
+    modelled = tuple(v for v in variants(REDUCTION, takes_blocks=False)
+                     if KERNELS[REDUCTION][v].traffic is not None)
+    if variant not in modelled:
+        raise ValueError(f"variant must be {', '.join(modelled[:-1])} or {modelled[-1]}, "
+                         f"got {variant!r}")
+    return KERNELS[REDUCTION][variant].traffic(n, block)
 
 
 @dataclass(frozen=True)
@@ -174,24 +121,8 @@ def kernel_cost(kernel: str, n: int, gpu: str | None = None) -> KernelCost:
     variant, shape = _ROOFLINE_MATMULS[kernel]
     if gpu is not None:
         return KernelCost(kernel, 2.0 * n ** 3, dram_bytes(n, n, n, variant, gpu, shape))
-    p = _shape(variant, shape)
-    if variant == "register2d":
-        t = matmul_traffic(n, n, n, variant, blocked=p)
-    else:
-        t = matmul_traffic(n, n, n, variant, p["tile"], p.get("rows", 1))
+    t = KERNELS[MATMUL][variant].traffic(n, n, n, _shape(variant, shape))
     return KernelCost(kernel, 2.0 * n ** 3, t.global_accesses * b)
-
-
-@dataclass(frozen=True)
-class AttentionBytes:
-    """Global bytes one head's attention requests (float32), and what of it is the N x N
-    scores and probabilities."""
-    n: int
-    d: int
-    variant: str
-    total: int
-    matrix: int        # bytes moved on s and p (standard only)
-    scratch: int = 0   # bytes of global memory s and p occupy (standard: 2 x 4 N^2)
 
 
 def attention_traffic(n: int, d: int, variant: str, rows: int = 8,
@@ -209,29 +140,16 @@ def attention_traffic(n: int, d: int, variant: str, rows: int = 8,
     warp access then covers whole sectors)."""
     for name, v in (("n", n), ("d", d), ("rows", rows), ("tile", tile)):
         integer(name, v, low=1)
-    one_of("variant", variant, ("standard", "flash"))
-    b = FLOAT_BYTES
-    if variant == "flash":
-        return AttentionBytes(n, d, variant, b * (2 * n * d + 2 * n * d * cdiv(n, rows)), 0)
-    scores = matmul_traffic(n, n, d, "tiled", tile)
-    pv = matmul_traffic(n, d, n, "tiled", tile)
-    softmax = 4 * n * n
-    matrix = scores.c_writes + softmax + pv.a_reads
-    total = scores.global_accesses + softmax + pv.global_accesses
-    return AttentionBytes(n, d, variant, b * total, b * matrix, 2 * b * n * n)
+    return lookup(ATTENTION, variant).traffic(n, d, variant, rows, tile)
 
 
 # ---- from requests to time: DRAM with tile reuse, and a ladder model (issue 10, 15) -------
 
-LADDER = ("naive", "coalesced", "tiled", "register", "register2d")
-"""The matmul ladder of chapter 05 and the launch shapes the model and gpu_check use."""
-LADDER_SHAPES = {
-    "naive": dict(tile=16), "coalesced": dict(tile=16), "tiled": dict(tile=32),
-    "register": dict(tile=64, rows=4),
-    "register2d": dict(bm=128, bn=128, bk=8, tm=8, tn=8),
-}
-LADDER_REGISTERS = {"naive": 32, "coalesced": 32, "tiled": 32, "register": 54,
-                    "register2d": 124}
+LADDER = variants(MATMUL)
+"""The matmul ladder of chapter 05 and the launch shapes the model and gpu_check use
+(each rung's :data:`~labkit.kernels.registry.KERNELS` entry)."""
+LADDER_SHAPES = {v: dict(KERNELS[MATMUL][v].ladder_shape) for v in LADDER}
+LADDER_REGISTERS = {v: KERNELS[MATMUL][v].registers for v in LADDER}
 """Registers per thread for occupancy, at :data:`LADDER_SHAPES`: ptxas 13.x counts for
 sm_90 (``ptxas -v``), from ``benchmarks/ptx_report.py``; another ptxas may differ."""
 
@@ -239,17 +157,6 @@ sm_90 (``ptxas -v``), from ``benchmarks/ptx_report.py``; another ptxas may diffe
 def _shape(variant: str, shape: dict | None) -> dict:
     one_of("variant", variant, LADDER)
     return dict(LADDER_SHAPES[variant], **(shape or {}))
-
-
-def _block_tile(variant: str, p: dict) -> tuple[int, int, int, int]:
-    """(rows of c per block, columns of c per block, threads per block, shared bytes)."""
-    if variant == "register2d":
-        threads = (p["bm"] // p["tm"]) * (p["bn"] // p["tn"])
-        return p["bm"], p["bn"], threads, 4 * p["bk"] * (p["bm"] + p["bn"] + 4)
-    t = p["tile"]
-    if variant == "register":
-        return t, t, t * t // p["rows"], 2 * 4 * t * t
-    return t, t, t * t, (2 * 4 * t * t if variant == "tiled" else 0)
 
 
 def dram_bytes(m: int, n: int, k: int, variant: str, gpu: str = "H100",
@@ -270,9 +177,10 @@ def dram_bytes(m: int, n: int, k: int, variant: str, gpu: str = "H100",
     of a wave exceed L2, and write-allocate traffic.
     """
     p = _shape(variant, shape)
-    bm, bn, threads, smem = _block_tile(variant, p)
+    kernel = KERNELS[MATMUL][variant]
+    bm, bn, threads, smem = kernel.block_tile(p)
     sm = hardware.sm_limits(gpu)
-    per_sm = occupancy(sm, threads, LADDER_REGISTERS[variant], smem).blocks_per_sm
+    per_sm = occupancy(sm, threads, kernel.registers, smem).blocks_per_sm
     wave = max(1, per_sm) * sm.sm_count
     gx, gy = cdiv(n, bn), cdiv(m, bm)
     blocks = gx * gy
@@ -343,30 +251,7 @@ def predict_matmul(n: int, variant: str, gpu: str = "H100",
     clock = hardware.fp32_clock_hz(gpu)
     per_clock = sm.sm_count * clock                        # SM-clocks per second
     flops = 2.0 * n ** 3
-    warp_steps = n * n * n / 32                            # warp-level (warp, k) steps
-    if variant in ("naive", "coalesced"):
-        t = p["tile"]
-        lines = (min(t, 32) + 1) if variant == "naive" else (max(1, 32 // t) + 1)
-        fma, shared, l1, instr = warp_steps, 0.0, warp_steps * lines, warp_steps * 3
-    elif variant == "tiled":
-        t = p["tile"]
-        fma, shared, instr = warp_steps, 2 * warp_steps, 3 * warp_steps
-        tile_loads = 2 * (n * n / 32) * (n / t)              # one warp load per thread, a and b
-        l1, instr = tile_loads * max(1, 32 // t), instr + 2 * tile_loads
-    elif variant == "register":
-        t, r = p["tile"], p["rows"]
-        steps = warp_steps / r
-        fma, shared, instr = warp_steps, steps * (1 + r), steps * (1 + 2 * r)
-        tile_loads = 2 * (n * n / 32) * (n / t)
-        l1, instr = tile_loads * max(1, 32 // t), instr + 2 * tile_loads
-    else:
-        tm, tn = p["tm"], p["tn"]
-        steps = warp_steps / (tm * tn)
-        fma, shared = warp_steps, steps * (tm + tn)
-        instr = steps * (tm * tn + tm + tn)
-        tile_loads = (n * n / 32) * (n / p["bk"]) * p["bk"] * (p["bm"] + p["bn"]) / (
-            p["bm"] * p["bn"])
-        l1, instr = tile_loads * 4, instr + 2 * tile_loads  # a warp's a-tile load: 4 lines
+    fma, shared, l1, instr = KERNELS[MATMUL][variant].issue(n, p)
     times = {
         "FP32 units": fma / (per_clock * sm.fp32_lanes_per_sm / 32),
         "issue": instr / (per_clock * sm.sub_partitions),

@@ -11,75 +11,18 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from labkit._device import on_simulator
 from labkit.hardware import MAX_THREADS_PER_BLOCK
 from labkit.kernels import library as lib, models
 from labkit.kernels.analysis import summarize, total_sectors, warp_instructions
-from labkit.kernels.models import BLOCKED_2D
-from labkit.kernels.numba_run import run_numba
+from labkit.kernels.closed_forms import BLOCKED_2D  # noqa: F401  (ops.BLOCKED_2D, as before)
+from labkit.kernels.launching import (  # noqa: F401  (Launch, launch, cdiv: ops' own names)
+    RUNNERS, Launch, block_pair as _block2, cdiv, f32 as _f32, fast_reduction_blocks, launch,
+    one_block as _block, result as _result)
+from labkit.kernels.registry import (ATTENTION, KERNELS, MATMUL, REDUCTION, SOFTMAX,
+                                     TRANSPOSE, lookup, names)
 from labkit.kernels.trace import GLOBAL, Trace
 from labkit.kernels.tracer import DEFAULT_BUDGET_S, run_traced
-from labkit.validate import array, ceil_div, integer, one_of, power_of_two
-
-RUNNERS = ("trace", "numba")
-
-
-@dataclass(frozen=True)
-class Launch:
-    """The value an op computed and the trace of every kernel launch it made (tracer only)."""
-    value: np.ndarray
-    traces: tuple[Trace, ...] = ()
-
-    @property
-    def trace(self) -> Trace:
-        """The trace of the first (main) launch."""
-        if not self.traces:
-            raise ValueError("no trace: run with runner='trace'")
-        return self.traces[0]
-
-
-cdiv = ceil_div   # ⌈a / b⌉: the blocks that cover a elements (labkit.validate.ceil_div)
-
-
-def _block(value: Any, name: str = "block") -> int:
-    """A 1-D block size: an int in [1, MAX_THREADS_PER_BLOCK]."""
-    return integer(name, value, low=1, high=MAX_THREADS_PER_BLOCK)
-
-
-def _block2(value: Any, name: str = "block") -> tuple[int, int]:
-    """A 2-D block (x, y) of at most MAX_THREADS_PER_BLOCK threads."""
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
-        raise TypeError(f"{name} must be a pair (x, y) of ints, got {value!r}")
-    if len(value) != 2:
-        raise ValueError(f"{name} must be a pair (x, y) of ints, got {value!r}")
-    x = integer(f"{name}[0]", value[0], low=1, high=MAX_THREADS_PER_BLOCK)
-    y = integer(f"{name}[1]", value[1], low=1, high=MAX_THREADS_PER_BLOCK)
-    if x * y > MAX_THREADS_PER_BLOCK:
-        raise ValueError(f"{name}={value!r} has {x * y} threads; a block holds at most "
-                         f"{MAX_THREADS_PER_BLOCK}")
-    return x, y
-
-
-def launch(kernel_fn: Callable, griddim: Any, blockdim: Any, *args: Any,
-           runner: str = "trace", budget_s: float | None = DEFAULT_BUDGET_S) -> Trace | None:
-    """Run one kernel with the chosen runner; return its trace (tracer) or None (numba).
-
-    ``budget_s`` is accepted for old callers and ignored: the tracer's limits count work
-    (threads, elements, accesses; :func:`labkit.kernels.tracer.run_traced`), not seconds.
-    """
-    one_of("runner", runner, RUNNERS)
-    if runner == "trace":
-        return run_traced(kernel_fn, griddim, blockdim, *args, budget_s=budget_s)
-    run_numba(kernel_fn, griddim, blockdim, *args)
-    return None
-
-
-def _f32(x: Any, what: str, ndim: int | None = None) -> np.ndarray:
-    return np.ascontiguousarray(array(what, x, ndim=ndim, dtype=np.float32))
-
-
-def _result(value: np.ndarray, *traces: Trace | None) -> Launch:
-    return Launch(value, tuple(t for t in traces if t is not None))
+from labkit.validate import integer, one_of, power_of_two
 
 
 def elementwise(kernel_fn: Callable, *inputs: Any, runner: str = "trace",
@@ -147,68 +90,24 @@ def conv1d(a: Any, w: Any, *, shared: bool = True, runner: str = "trace",
     return _result(out, launch(fn, cdiv(a.size, block), block, a, w, out, runner=runner))
 
 
-REDUCTIONS = ("atomic", "interleaved", "strided", "shared", "warp", "fast")
+REDUCTIONS = tuple(KERNELS[REDUCTION])      # the variants, from the registry
 
 
 def reduce_sum(a: Any, *, variant: str = "shared", runner: str = "trace",
                block: int = 64, blocks: int | None = None,
                budget_s: float | None = DEFAULT_BUDGET_S) -> Launch:
-    """sum(a) on the device. Tree variants write one partial per block and are relaunched
-    on the partials until one value is left; ``traces[0]`` is the first pass.
+    """sum(a) on the device with :data:`~labkit.kernels.registry.KERNELS` ``["reduction"]
+    [variant]``. Tree variants write one partial per block and are relaunched on the
+    partials until one value is left; ``traces[0]`` is the first pass.
 
     ``variant="fast"`` (:func:`~labkit.kernels.library.reduce_fast`) is one launch of
     ``blocks`` blocks (default: :func:`fast_reduction_blocks`) with a grid-stride loop and
     one atomic per block.
     """
     a = _f32(a, "a", 1)
-    one_of("variant", variant, REDUCTIONS)
+    kernel = lookup(REDUCTION, variant)
     one_of("runner", runner, RUNNERS)
-    low = 32 if variant in ("warp", "fast") else 1
-    block = integer("block", block, low=low, high=MAX_THREADS_PER_BLOCK)
-    if variant != "atomic":
-        block = power_of_two("block", block, low=low if variant in ("warp", "fast") else 2,
-                             high=MAX_THREADS_PER_BLOCK)
-    if variant == "atomic":
-        out = np.zeros(1, dtype=np.float32)
-        return _result(out, launch(lib.reduce_atomic, cdiv(a.size, block), block, a, out,
-                                   runner=runner, budget_s=budget_s))
-    if variant == "fast":
-        blocks = (fast_reduction_blocks(a.size, block, runner) if blocks is None
-                  else integer("blocks", blocks, low=1))
-        out = np.zeros(1, dtype=np.float32)
-        return _result(out, launch(lib.reduce_fast(block), blocks, block, a, out,
-                                   runner=runner, budget_s=budget_s))
-    if blocks is not None:
-        raise ValueError(f"blocks is only for variant='fast' (the tree variants launch one "
-                         f"block per {block} elements), got blocks={blocks!r}")
-    factory = {"interleaved": lib.reduce_interleaved, "strided": lib.reduce_strided,
-               "shared": lib.reduce_shared,
-               "warp": lib.reduce_warp}[variant]
-    traces = []
-    current = a
-    while True:
-        partial = np.zeros(cdiv(current.size, block), dtype=np.float32)
-        traces.append(launch(factory(block), partial.size, block, current, partial,
-                             runner=runner, budget_s=budget_s))
-        if partial.size == 1:
-            return _result(partial, *traces)
-        current = partial
-
-
-def fast_reduction_blocks(n: int, block: int = 256, runner: str = "trace",
-                          per_sm: int = 4, per_thread: int = 8) -> int:
-    """Blocks for :func:`~labkit.kernels.library.reduce_fast`: ``per_sm`` blocks on each SM
-    of the current GPU (``runner="numba"`` on a real GPU), never more than it takes to give
-    every thread ``per_thread`` elements; under the tracer and the simulator only the
-    second rule applies (they have no SMs to fill)."""
-    n, block = integer("n", n, low=1), _block(block)
-    enough = max(1, ceil_div(n, block * integer("per_thread", per_thread, low=1)))
-    if runner == "numba":
-        if not on_simulator():
-            from numba import cuda  # deferred: numba (a real GPU's SM count)
-            sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
-            return min(enough, sms * integer("per_sm", per_sm, low=1))
-    return enough
+    return kernel.run(a, kernel.block(block), blocks, runner, budget_s)
 
 
 def prefix_sum(a: Any, *, runner: str = "trace", block: int = 64) -> Launch:
@@ -226,37 +125,18 @@ def prefix_sum(a: Any, *, runner: str = "trace", block: int = 64) -> Launch:
     return _result(out, *traces)
 
 
-MATMULS = ("naive", "coalesced", "tiled", "register", "register2d")
+MATMULS = tuple(KERNELS[MATMUL])            # the ladder's rungs, from the registry
 
 
 def matmul_launch(variant: str, m: int, n: int, tile: int = 8, rows: int = 2,
                   blocked: dict | None = None):
-    """(grid, block, kernel) of ``variant`` for an (m, k) @ (k, n) product, validated."""
-    one_of("variant", variant, MATMULS)
+    """(grid, block, kernel) of ``variant`` for an (m, k) @ (k, n) product, validated
+    (the rule of its :data:`~labkit.kernels.registry.KERNELS` entry)."""
+    kernel = lookup(MATMUL, variant)
     rows = power_of_two("rows", rows, low=1, high=64)
-    if variant == "register2d":
-        p = dict(BLOCKED_2D, **(blocked or {}))
-        fn = lib.matmul_2d_blocked(p["bm"], p["bn"], p["bk"], p["tm"], p["tn"])
-        return ((cdiv(n, p["bn"]), cdiv(m, p["bm"])), (p["bn"] // p["tn"], p["bm"] // p["tm"]),
-                fn)
-    if blocked is not None:
-        raise ValueError("blocked is only for variant='register2d'")
-    if variant == "register":
-        tile = power_of_two("tile", tile, low=2, high=64)
-        rows = power_of_two("rows", rows, low=1, high=tile)
-        if tile * tile // rows > MAX_THREADS_PER_BLOCK:
-            raise ValueError(f"tile={tile}, rows={rows} needs tile * tile / rows = "
-                             f"{tile * tile // rows} threads per block; at most "
-                             f"{MAX_THREADS_PER_BLOCK}: raise rows or lower tile")
-        return ((cdiv(n, tile), cdiv(m, tile)), (tile, tile // rows),
-                lib.matmul_register_blocked(tile, rows))
-    high = int(MAX_THREADS_PER_BLOCK ** 0.5)
-    tile = power_of_two("tile", tile, low=2 if variant == "tiled" else 1, high=high)
-    if variant == "naive":
-        return (cdiv(m, tile), cdiv(n, tile)), (tile, tile), lib.matmul_naive
-    if variant == "coalesced":
-        return (cdiv(n, tile), cdiv(m, tile)), (tile, tile), lib.matmul_coalesced
-    return (cdiv(n, tile), cdiv(m, tile)), (tile, tile), lib.matmul_tiled(tile)
+    if blocked is not None and not kernel.blocked:
+        raise ValueError(f"blocked is only for {names(MATMUL, blocked=True)}")
+    return kernel.plan(m, n, kernel.shape(tile, rows, blocked))
 
 
 def matmul(a: Any, b: Any, *, variant: str = "tiled", runner: str = "trace",
@@ -286,38 +166,32 @@ def transpose(a: Any, *, variant: str = "padded", runner: str = "trace",
     or :func:`~labkit.kernels.library.transpose_shared` ('shared': [32][32] tile;
     'padded': [32][33])."""
     a = _f32(a, "a", 2)
-    one_of("variant", variant, ("naive", "shared", "padded"))
+    kernel = lookup(TRANSPOSE, variant)
     out = np.zeros((a.shape[1], a.shape[0]), dtype=np.float32)
-    if variant == "naive":
-        grid = (cdiv(a.shape[1], 32), cdiv(a.shape[0], 8))
-        return _result(out, launch(lib.transpose_naive, grid, (32, 8), a, out,
-                                   runner=runner, budget_s=budget_s))
-    grid = (cdiv(a.shape[1], 32), cdiv(a.shape[0], 32))
-    fn = lib.transpose_shared(32, 8, 1 if variant == "padded" else 0)
-    return _result(out, launch(fn, grid, (32, 8), a, out, runner=runner, budget_s=budget_s))
+    grid, block, fn = kernel.plan(*a.shape)
+    return _result(out, launch(fn, grid, block, a, out, runner=runner, budget_s=budget_s))
 
 
-SOFTMAXES = ("naive", "online", "block")
+SOFTMAXES = tuple(KERNELS[SOFTMAX])          # the variants, from the registry
 
 
 def softmax(x: Any, *, variant: str = "online", runner: str = "trace",
             block: int = 32) -> Launch:
-    """Softmax of each row of x."""
+    """Softmax of each row of x: a thread per row ('naive': three passes, 'online': two),
+    a block of ``block`` threads per row ('block'), or a warp per row ('warp',
+    :func:`~labkit.kernels.library.softmax_rows_warp`: blocks of (32, block / 32) threads,
+    ``block`` a power of two >= 32)."""
     x = _f32(x, "x", 2)
-    one_of("variant", variant, SOFTMAXES)
-    block = (power_of_two("block", block, low=2, high=MAX_THREADS_PER_BLOCK)
-             if variant == "block" else _block(block))
+    kernel = lookup(SOFTMAX, variant)
+    block = kernel.block(block)
     out = np.zeros_like(x)
-    if variant == "block":
-        return _result(out, launch(lib.softmax_rows_block(block), x.shape[0], block, x, out,
-                                   runner=runner))
-    fn = lib.softmax_rows_naive if variant == "naive" else lib.softmax_rows_online
-    return _result(out, launch(fn, cdiv(x.shape[0], block), block, x, out, runner=runner))
+    grid, blockdim, fn = kernel.plan(x.shape[0], block)
+    return _result(out, launch(fn, grid, blockdim, x, out, runner=runner))
 
 
 # ---- attention ---------------------------------------------------------------------------
 
-ATTENTIONS = ("standard", "flash")
+ATTENTIONS = tuple(KERNELS[ATTENTION])       # the variants, from the registry
 ATTENTION_D = 8          # head dimension of the traced attention (a compile-time size)
 ATTENTION_ROWS = 8       # query (and key) rows per tile of the fused kernel
 
@@ -340,28 +214,9 @@ def attention(q: Any, k: Any, v: Any, *, variant: str = "flash", runner: str = "
     if not q.shape == k.shape == v.shape:
         raise ValueError(f"q, k and v must have one shape (N, d), got {q.shape}, {k.shape} "
                          f"and {v.shape}")
-    one_of("variant", variant, ATTENTIONS)
+    kernel = lookup(ATTENTION, variant)
     one_of("runner", runner, RUNNERS)
-    n, d = q.shape
-    if variant == "flash":
-        rows = power_of_two("rows", rows, low=1, high=MAX_THREADS_PER_BLOCK // d)
-        fn = lib.attention_flash(d, rows) if flash is None else flash
-        o = np.zeros_like(q)
-        return _result(o, launch(fn, cdiv(n, rows), (d, rows), q, k, v, o, runner=runner))
-    if flash is not None:
-        raise ValueError("flash is only for variant='flash'")
-    tile = 8
-    s = np.zeros((n, n), dtype=np.float32)
-    qs = np.ascontiguousarray(q / np.float32(np.sqrt(d)))
-    kt = np.ascontiguousarray(k.T)
-    traces = [launch(lib.matmul_tiled(tile), (cdiv(n, tile), cdiv(n, tile)), (tile, tile),
-                     qs, kt, s, runner=runner)]
-    p = np.zeros_like(s)
-    traces.append(launch(lib.softmax_rows_block(32), n, 32, s, p, runner=runner))
-    o = np.zeros_like(q)
-    traces.append(launch(lib.matmul_tiled(tile), (cdiv(d, tile), cdiv(n, tile)),
-                         (tile, tile), p, v, o, runner=runner))
-    return _result(o, *traces)
+    return kernel.run(q, k, v, runner, flash, rows)
 
 
 @dataclass(frozen=True)

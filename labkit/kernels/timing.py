@@ -20,8 +20,9 @@ from labkit._device import on_gpu  # noqa: F401  (re-export, see above)
 from labkit.hardware.identify import (  # noqa: F401  (re-exports, see above)
     OTHER_FORM_FACTORS, SAME_SHEET_MEMORY_GB, device_name, gpu_key, hardware_key)
 from labkit.kernels import ops
-from labkit.kernels.models import LADDER, LADDER_SHAPES
+from labkit.kernels.models import LADDER
 from labkit.kernels.numba_run import compiled
+from labkit.kernels.registry import KERNELS, MATMUL
 from labkit.timing import benchmark, event_seconds, time_events
 from labkit.validate import integer
 
@@ -39,9 +40,10 @@ class MatmulRun:
 
 def launch_shape(variant: str, shape: dict | None = None) -> dict:
     """``ops.matmul_launch`` keywords for a rung: ``shape`` or the ladder's own
-    (``models.LADDER_SHAPES``); register2d takes its tile shape as ``blocked``."""
-    shape = dict(LADDER_SHAPES[variant] if shape is None else shape)
-    return {"blocked": shape} if variant == "register2d" else shape
+    (``models.LADDER_SHAPES``); a rung whose registry entry is ``blocked`` (register2d)
+    takes its tile shape as ``blocked``."""
+    kernel = KERNELS[MATMUL][variant]
+    return kernel.keywords(kernel.ladder_shape if shape is None else shape)
 
 
 def time_matmul(variant: str, da, db, dc, want: np.ndarray, repeats: int,
