@@ -114,6 +114,17 @@ def launch_both(answer, ref, griddim, blockdim, *args) -> tuple[dict, dict]:
     return got, want
 
 
+def launch_matching(answer, ref, griddim, blockdim, *args, output: int, what: str,
+                    hint: str, rtol: float, atol: float) -> tuple[dict, dict]:
+    """:func:`launch_both`, then Wrong unless the answer's array ``args[output]`` after the
+    launch matches the reference's (:func:`~labkit.check.core.expect_close` with ``what``,
+    ``hint``, ``rtol`` and ``atol``); the two reports."""
+    got, want = launch_both(answer, ref, griddim, blockdim, *args)
+    expect_close(got["arrays"][output], want["arrays"][output], what, hint=hint, rtol=rtol,
+                 atol=atol)
+    return got, want
+
+
 def expect_ran(got: dict, bounds_hint: str = BOUNDS_HINT) -> None:
     """Wrong unless the launch ran and has no shared-memory race (checked before values:
     a racy kernel's values depend on luck)."""
@@ -228,9 +239,9 @@ def whose(kernel, exercise_id: str) -> str:
 def _(answer, ref, rng):
     for n in sizes_1d(rng, (1, 33), 100, 300, BLOCK):
         a = (rng.standard_normal(n) * 5).astype(np.float32)
-        got, want = launch_both(answer, ref, cdiv(n, BLOCK), BLOCK, a, np.zeros_like(a))
-        expect_close(got["arrays"][1], want["arrays"][1], f"out for n={n}",
-                     hint="out[i] should be a[i] + 10", rtol=1e-6, atol=1e-5)
+        got, want = launch_matching(answer, ref, cdiv(n, BLOCK), BLOCK, a, np.zeros_like(a),
+                                    output=1, what=f"out for n={n}",
+                                    hint="out[i] should be a[i] + 10", rtol=1e-6, atol=1e-5)
         expect_within(got, want, "Each thread reads its a[i] once and writes its out[i] "
                       "once: i = blockIdx.x * blockDim.x + threadIdx.x.",
                       names=("a", "out"), reads=(0,), writes=(1,))
@@ -242,9 +253,9 @@ def _check_2d(answer, ref, rng, make_inputs, what, extra_hint, **budgets):
         inputs = make_inputs(rng, rows, cols)
         grid, block = (cdiv(cols, 16), cdiv(rows, 8)), (16, 8)
         out = np.zeros((rows, cols), dtype=np.float32)
-        got, want = launch_both(answer, ref, grid, block, *inputs, out)
-        expect_close(got["arrays"][2], want["arrays"][2], f"out for shape {(rows, cols)}",
-                     hint=what, rtol=1e-6, atol=1e-5)
+        got, want = launch_matching(answer, ref, grid, block, *inputs, out, output=2,
+                                    what=f"out for shape {(rows, cols)}", hint=what,
+                                    rtol=1e-6, atol=1e-5)
         expect_within(got, want, extra_hint, **budgets)
 
 
@@ -315,12 +326,11 @@ def _(answer, ref, rng):
     for rows, cols in shapes:
         a = rng.standard_normal((rows, cols)).astype(np.float32)
         grid, block = (cdiv(cols, TILE), cdiv(rows, TILE)), (TILE, ROWS)
-        got, want = launch_both(answer, ref, grid, block, a,
-                                np.zeros((cols, rows), dtype=np.float32))
-        expect_close(got["arrays"][1], want["arrays"][1], f"out for a of shape {a.shape}",
-                     rtol=0, atol=0,
-                     hint="each block handles a TILE x TILE tile with TILE x ROWS threads: "
-                     "loop k = 0, ROWS, 2 ROWS, ... over the tile's rows; out[c, r] = a[r, c]")
+        got, want = launch_matching(
+            answer, ref, grid, block, a, np.zeros((cols, rows), dtype=np.float32), output=1,
+            what=f"out for a of shape {a.shape}", rtol=0, atol=0,
+            hint="each block handles a TILE x TILE tile with TILE x ROWS threads: loop k = "
+            "0, ROWS, 2 ROWS, ... over the tile's rows; out[c, r] = a[r, c]")
         expect_within(got, want, "Read a row of the tile per warp (coalesced), wait at "
                       "cuda.syncthreads(), then write a row of the *output* per warp, reading "
                       "the tile by column; pad the tile to (TILE, TILE + 1) so that column "
@@ -403,12 +413,11 @@ def skewed_values(rng, n: int, bins: int) -> np.ndarray:
 def _(answer, ref, rng):
     for n in sizes_1d(rng, (37,), 300, 900, HIST_BLOCK):
         a = skewed_values(rng, n, BINS)
-        got, want = launch_both(answer, ref, HIST_BLOCKS, HIST_BLOCK, a,
-                                np.zeros(BINS, dtype=np.int32))
-        expect_close(got["arrays"][1], want["arrays"][1], f"counts for n={n}", rtol=0,
-                     atol=0, hint="counts[b] is how many elements of a equal b; the grid "
-                     "(3 blocks of 64) is smaller than a: let each thread step by "
-                     "gridDim.x * blockDim.x")
+        got, want = launch_matching(
+            answer, ref, HIST_BLOCKS, HIST_BLOCK, a, np.zeros(BINS, dtype=np.int32), output=1,
+            what=f"counts for n={n}", rtol=0, atol=0,
+            hint="counts[b] is how many elements of a equal b; the grid (3 blocks of 64) is "
+            "smaller than a: let each thread step by gridDim.x * blockDim.x")
         expect_within(got, want, f"Count into a cuda.shared.array({BINS}, cuda.int32) "
                       "first (zero it, syncthreads, cuda.atomic.add on it, syncthreads), "
                       "then add each shared count into counts with one global atomic per "
@@ -428,14 +437,12 @@ def _(answer, ref, rng):
     for rows, cols in [(not_multiple(rng, 9, 17, BY), not_multiple(rng, 17, 33, BX)), (3, 5)]:
         img = rng.gamma(2.0, size=(rows, cols)).astype(np.float32)
         grid = (cdiv(cols, BX), cdiv(rows, BY))
-        got, want = launch_both(answer, ref, grid, (BX, BY), img,
-                                np.zeros_like(img))
-        expect_close(got["arrays"][1], want["arrays"][1], f"out for an image of shape "
-                     f"{img.shape}", rtol=1e-5, atol=1e-5,
-                     hint="out[r, c] is the sum of the 3 x 3 neighbours divided by 9, "
-                     "neighbours outside the image counting 0; the tile is "
-                     "(BY + 2) x (BX + 2), its element (0, 0) the image's "
-                     "(blockIdx.y * BY - 1, blockIdx.x * BX - 1)")
+        got, want = launch_matching(
+            answer, ref, grid, (BX, BY), img, np.zeros_like(img), output=1,
+            what=f"out for an image of shape {img.shape}", rtol=1e-5, atol=1e-5,
+            hint="out[r, c] is the sum of the 3 x 3 neighbours divided by 9, neighbours "
+            "outside the image counting 0; the tile is (BY + 2) x (BX + 2), its element "
+            "(0, 0) the image's (blockIdx.y * BY - 1, blockIdx.x * BX - 1)")
         expect_within(got, want, "Load the (BY + 2) x (BX + 2) tile once (the block's "
                       "threads walking its elements), cuda.syncthreads(), then read the "
                       "nine neighbours from shared memory.", names=("img", "out"),

@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
-from labkit.check.ch04 import (expect_within, launch_both, not_multiple, sizes_1d,
-                               whose)  # noqa: F401 (whose: chapter 05's cells use it)
+from labkit.check.ch04 import (expect_within, launch_both, launch_matching, not_multiple,
+                               sizes_1d, whose)  # noqa: F401 (whose: chapter 05's cells use it)
 from labkit.check.core import Wrong, exercise, expect_close
 from labkit.check.formula import equals, formula_exercise, scaled
 from labkit.kernels import library as lib
@@ -61,12 +61,11 @@ def _block_inputs(rng, fixed: tuple[int, ...], shift: float):
           binds="reduce_block", answers=REDUCTIONS)
 def _(answer, ref, rng):
     for a, blocks in _block_inputs(rng, (1, 63), shift=0.5):
-        got, want = launch_both(answer, ref, blocks, BLOCK, a,
-                                np.zeros(blocks, dtype=np.float32))
-        expect_close(got["arrays"][1], want["arrays"][1], f"partial sums for n={a.size}",
-                     rtol=1e-4, atol=1e-4,
-                     hint="out[blockIdx.x] is the sum of that block's elements; threads "
-                     "past the end contribute 0; call cuda.syncthreads() after each step")
+        got, want = launch_matching(
+            answer, ref, blocks, BLOCK, a, np.zeros(blocks, dtype=np.float32), output=1,
+            what=f"partial sums for n={a.size}", rtol=1e-4, atol=1e-4,
+            hint="out[blockIdx.x] is the sum of that block's elements; threads past the end "
+            "contribute 0; call cuda.syncthreads() after each step")
         expect_within(got, want, "Load each element once; halve the number of active "
                       "threads each step with `if t < s: buf[t] += buf[t + s]` so the "
                       "active lanes stay contiguous and read consecutive words.",
@@ -121,11 +120,11 @@ def _(answer, ref, rng):
     for rows, cols in [(not_multiple(rng, 20, 40, 32), not_multiple(rng, 12, 30, 8)), (5, 9)]:
         x = (rng.standard_normal((rows, cols)) * 4).astype(np.float32)
         x[0, -1] = 60.0  # a late maximum: the running sum must be rescaled
-        got, want = launch_both(answer, ref, cdiv(rows, 32), 32, x, np.zeros_like(x))
-        expect_close(got["arrays"][1], want["arrays"][1], f"softmax for shape {x.shape}",
-                     rtol=1e-4, atol=1e-6,
-                     hint="when the max grows from m to m', multiply the running sum by "
-                     "exp(m - m'); subtract the final max before exp in the second pass")
+        got, want = launch_matching(
+            answer, ref, cdiv(rows, 32), 32, x, np.zeros_like(x), output=1,
+            what=f"softmax for shape {x.shape}", rtol=1e-4, atol=1e-6,
+            hint="when the max grows from m to m', multiply the running sum by exp(m - m'); "
+            "subtract the final max before exp in the second pass")
         # every access counts, local copies included: the busiest thread within 1.5 x
         expect_within(got, want, "Keep the running max and sum in registers (one pass "
                       "reading x), then one pass that reads x and writes out once; no copy "
@@ -225,14 +224,12 @@ def _(answer, ref, rng):
                        (3, 7)]:
         x = (rng.standard_normal((rows, cols)) * 4).astype(np.float32)
         x[-1, -1] = 50.0            # a late maximum in one lane's last column
-        got, want = launch_both(answer, ref, cdiv(rows, WARPS), (32, WARPS), x,
-                                np.zeros_like(x))
-        expect_close(got["arrays"][1], want["arrays"][1], f"softmax for shape {x.shape}",
-                     rtol=1e-4, atol=1e-6,
-                     hint="lane L keeps (m, d) over the columns L, L + 32, ...; combine two "
-                     "lanes' (m, d) and (m2, d2) as M = max(m, m2), d e^(m - M) + d2 e^(m2 - "
-                     "M), with shfl_xor_sync at offsets 16, 8, 4, 2, 1 so every lane ends "
-                     "with the row's")
+        got, want = launch_matching(
+            answer, ref, cdiv(rows, WARPS), (32, WARPS), x, np.zeros_like(x), output=1,
+            what=f"softmax for shape {x.shape}", rtol=1e-4, atol=1e-6,
+            hint="lane L keeps (m, d) over the columns L, L + 32, ...; combine two lanes' "
+            "(m, d) and (m2, d2) as M = max(m, m2), d e^(m - M) + d2 e^(m2 - M), with "
+            "shfl_xor_sync at offsets 16, 8, 4, 2, 1 so every lane ends with the row's")
         if not got["shuffles"]:
             raise Wrong("right values, but no warp shuffle: combine the 32 lanes' running "
                         "(max, sum) with cuda.shfl_xor_sync(0xFFFFFFFF, value, offset), "

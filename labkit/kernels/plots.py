@@ -17,6 +17,21 @@ def _plt():
     return plt
 
 
+def _finish_log_log(ax, xlabel: str, ylabel: str, title: str | None = None,
+                    legend_loc: str | None = None):
+    """Label a log-log ``ax`` (``title`` where one is given), add its legend (at
+    ``legend_loc``, matplotlib's choice where None) and a light grid on the major and minor
+    ticks, lay out its figure; the figure."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=8, loc=legend_loc)
+    ax.grid(True, which="both", alpha=0.2)
+    ax.figure.tight_layout()
+    return ax.figure
+
+
 def _as_2d(a: np.ndarray, width: int = 32) -> np.ndarray:
     if a.ndim == 2:
         return a
@@ -193,29 +208,18 @@ def plot_roofline(rooflines: Sequence, points: Sequence = (), title: str | None 
         ax.plot([intensity], [y], "*", ms=12, color="k", zorder=4)
         ax.annotate(f"{name}\n{intensity:.3g} FLOP/B", (intensity, y), fontsize=8,
                     textcoords="offset points", xytext=(6, -18))
-    ax.set_xlabel("arithmetic intensity (FLOP / byte of main memory)")
-    ax.set_ylabel("attainable TFLOP/s")
-    if title:
-        ax.set_title(title)
-    ax.legend(fontsize=8, loc="lower right")
-    ax.grid(True, which="both", alpha=0.2)
-    ax.figure.tight_layout()
-    return ax.figure
+    return _finish_log_log(ax, "arithmetic intensity (FLOP / byte of main memory)",
+                           "attainable TFLOP/s", title, legend_loc="lower right")
 
 
 def plot_error_vs_k(result):
     """Relative error of each tensor-core emulation config against K (log-log)."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4))
+    _, ax = plt.subplots(figsize=(7, 4))
     for label, errs in result.errors.items():
         ax.loglog(result.ks, errs, marker="o", label=label)
-    ax.set_xlabel("K (length of each dot product)")
-    ax.set_ylabel("relative error vs float64")
-    ax.set_title(f"matmul error vs K ({result.distribution} inputs)")
-    ax.legend(fontsize=8)
-    ax.grid(True, which="both", alpha=0.2)
-    fig.tight_layout()
-    return fig
+    return _finish_log_log(ax, "K (length of each dot product)", "relative error vs float64",
+                           f"matmul error vs K ({result.distribution} inputs)")
 
 
 def plot_traffic(summaries: dict):
@@ -290,7 +294,7 @@ def plot_attention_traffic(result):
     kernel, and the standard one's traffic on its N x N matrices) and the closed forms
     (lines) of an :class:`~labkit.kernels.ops.AttentionTraffic`."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4))
+    _, ax = plt.subplots(figsize=(7, 4))
     ax.loglog(result.model_sizes, result.model_standard, color="tab:red", lw=1,
               label="standard (3 launches), closed form")
     ax.loglog(result.model_sizes, result.model_flash, color="tab:blue", lw=1,
@@ -301,10 +305,5 @@ def plot_attention_traffic(result):
               label="standard, traced: of it on the N x N s and p")
     ax.loglog(result.sizes, result.flash_bytes, "s", color="tab:blue",
               label=f"fused, traced ({result.whose})")
-    ax.set_xlabel("sequence length N")
-    ax.set_ylabel("global memory traffic (bytes)")
-    ax.set_title(f"attention, one head, d = {result.d}, tiles of {result.rows} rows")
-    ax.legend(fontsize=8)
-    ax.grid(True, which="both", alpha=0.2)
-    fig.tight_layout()
-    return fig
+    return _finish_log_log(ax, "sequence length N", "global memory traffic (bytes)",
+                           f"attention, one head, d = {result.d}, tiles of {result.rows} rows")

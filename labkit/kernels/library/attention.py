@@ -11,7 +11,7 @@ import math
 from functools import lru_cache
 
 from labkit.hardware import MAX_THREADS_PER_BLOCK
-from labkit.kernels.library.sizes import _check_pow2
+from labkit.kernels.library.sizes import _check_pow2, named
 
 
 @lru_cache(maxsize=None)
@@ -98,5 +98,4 @@ def attention_flash(d: int = 8, rows: int = 8):
             if i < n:
                 o[i, x] = acc / l
         return kernel
-    factory.__name__ = factory.__qualname__ = f"attention_flash_{d}_{rows}"
-    return factory
+    return named(factory, f"attention_flash_{d}_{rows}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from labkit.kernels.library.sizes import _check_pow2
+from labkit.kernels.library.sizes import _check_pow2, named
 
 
 def vector_add(cuda):
@@ -110,5 +110,4 @@ def shared_stride(block: int = 32, stride: int = 1):
             if i < out.size:
                 out[i] = buf[t * stride]
         return kernel
-    factory.__name__ = factory.__qualname__ = f"shared_stride_{block}_{stride}"
-    return factory
+    return named(factory, f"shared_stride_{block}_{stride}")

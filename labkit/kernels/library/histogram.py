@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from labkit.hardware import MAX_THREADS_PER_BLOCK
-from labkit.kernels.library.sizes import _check_pow2
+from labkit.kernels.library.sizes import _check_pow2, named
 
 
 def histogram_global(cuda):
@@ -52,5 +52,4 @@ def histogram_shared(bins: int = 16):
             if t < bins:
                 cuda.atomic.add(counts, t, hist[t])
         return kernel
-    factory.__name__ = factory.__qualname__ = f"histogram_shared_{bins}"
-    return factory
+    return named(factory, f"histogram_shared_{bins}")

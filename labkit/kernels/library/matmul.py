@@ -41,7 +41,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from labkit.hardware import MAX_THREADS_PER_BLOCK, SM_LIMITS
-from labkit.kernels.library.sizes import GRID_MASK, _check_pow2
+from labkit.kernels.library.sizes import GRID_MASK, _check_pow2, named
 
 
 def matmul_naive(cuda):
@@ -119,8 +119,7 @@ def matmul_tiled(tile: int = 16):
             if i < c.shape[0] and j < c.shape[1]:
                 c[i, j] = acc
         return kernel
-    factory.__name__ = factory.__qualname__ = f"matmul_tiled_{tile}"
-    return factory
+    return named(factory, f"matmul_tiled_{tile}")
 
 
 @lru_cache(maxsize=None)
@@ -187,8 +186,7 @@ def matmul_register_blocked(tile: int = 16, rows: int = 4):
                 if i < c.shape[0] and j < c.shape[1]:
                     c[i, j] = acc[r]
         return kernel
-    factory.__name__ = factory.__qualname__ = f"matmul_register_blocked_{tile}_{rows}"
-    return factory
+    return named(factory, f"matmul_register_blocked_{tile}_{rows}")
 
 REGISTER_BUDGET_2D = 128
 """Most registers per thread :func:`matmul_2d_blocked` may use (its ``jit_options``):
@@ -333,7 +331,6 @@ def matmul_2d_blocked(bm: int = 64, bn: int = 64, bk: int = 8, tm: int = 4, tn: 
                     if i < m and j < n:
                         c[i, j] = acc[r * tn + q]
         return kernel
-    factory.__name__ = factory.__qualname__ = f"matmul_2d_blocked_{bm}_{bn}_{bk}_{tm}_{tn}"
     if 2 * (n_acc + tm + tn) >= REGISTER_BUDGET_2D:
         factory.jit_options = {"max_registers": register_limit(threads, REGISTER_BUDGET_2D)}
-    return factory
+    return named(factory, f"matmul_2d_blocked_{bm}_{bn}_{bk}_{tm}_{tn}")

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from labkit.kernels.library.sizes import GRID_MASK, _check_pow2
+from labkit.kernels.library.sizes import GRID_MASK, _check_pow2, named
 
 
 def reduce_atomic(cuda):
@@ -63,8 +63,7 @@ def reduce_interleaved(block: int = 64):
             if t == 0:
                 out[cuda.blockIdx.x] = buf[0]
         return kernel
-    factory.__name__ = factory.__qualname__ = f"reduce_interleaved_{block}"
-    return factory
+    return named(factory, f"reduce_interleaved_{block}")
 
 
 @lru_cache(maxsize=None)
@@ -92,8 +91,7 @@ def reduce_strided(block: int = 64):
             if t == 0:
                 out[cuda.blockIdx.x] = buf[0]
         return kernel
-    factory.__name__ = factory.__qualname__ = f"reduce_strided_{block}"
-    return factory
+    return named(factory, f"reduce_strided_{block}")
 
 
 @lru_cache(maxsize=None)
@@ -122,8 +120,7 @@ def reduce_shared(block: int = 64):
             if t == 0:
                 out[cuda.blockIdx.x] = buf[0]
         return kernel
-    factory.__name__ = factory.__qualname__ = f"reduce_shared_{block}"
-    return factory
+    return named(factory, f"reduce_shared_{block}")
 
 
 @lru_cache(maxsize=None)
@@ -156,8 +153,7 @@ def reduce_warp(block: int = 64):
                     total += sums[w]
                 out[cuda.blockIdx.x] = total
         return kernel
-    factory.__name__ = factory.__qualname__ = f"reduce_warp_{block}"
-    return factory
+    return named(factory, f"reduce_warp_{block}")
 
 @lru_cache(maxsize=None)
 def reduce_fast(block: int = 256, unroll: int = 4):
@@ -221,5 +217,4 @@ def reduce_fast(block: int = 256, unroll: int = 4):
                 if t == 0:
                     cuda.atomic.add(out, 0, w)
         return kernel
-    factory.__name__ = factory.__qualname__ = f"reduce_fast_{block}_{unroll}"
-    return factory
+    return named(factory, f"reduce_fast_{block}_{unroll}")

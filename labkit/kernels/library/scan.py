@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from labkit.kernels.library.sizes import _check_pow2
+from labkit.kernels.library.sizes import _check_pow2, named
 
 
 @lru_cache(maxsize=None)
@@ -43,8 +43,7 @@ def scan_block(block: int = 64):
             if t == block - 1:
                 sums[cuda.blockIdx.x] = buf[src, t]
         return kernel
-    factory.__name__ = factory.__qualname__ = f"scan_block_{block}"
-    return factory
+    return named(factory, f"scan_block_{block}")
 
 
 def add_block_offsets(cuda):

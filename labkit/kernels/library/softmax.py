@@ -16,7 +16,7 @@ import math
 from functools import lru_cache
 
 from labkit.hardware import MAX_THREADS_PER_BLOCK
-from labkit.kernels.library.sizes import _check_pow2
+from labkit.kernels.library.sizes import _check_pow2, named
 
 
 def softmax_rows_naive(cuda):
@@ -99,8 +99,7 @@ def softmax_rows_block(block: int = 32):
             for c in range(t, n, block):
                 out[r, c] = math.exp(x[r, c] - m) / d
         return kernel
-    factory.__name__ = factory.__qualname__ = f"softmax_rows_block_{block}"
-    return factory
+    return named(factory, f"softmax_rows_block_{block}")
 
 @lru_cache(maxsize=None)
 def softmax_rows_warp(warps: int = 4):
@@ -143,5 +142,4 @@ def softmax_rows_warp(warps: int = 4):
                     out[r, c] = math.exp(x[r, c] - m) / d
                     c += 32
         return kernel
-    factory.__name__ = factory.__qualname__ = f"softmax_rows_warp_{warps}"
-    return factory
+    return named(factory, f"softmax_rows_warp_{warps}")

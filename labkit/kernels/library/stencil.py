@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from labkit.hardware import MAX_THREADS_PER_BLOCK
-from labkit.kernels.library.sizes import _check_pow2
+from labkit.kernels.library.sizes import _check_pow2, named
 
 
 @lru_cache(maxsize=None)
@@ -45,8 +45,7 @@ def conv1d_shared(block: int = 32, radius: int = 2):
                     acc += w[k] * tile[t + k]
                 out[i] = acc
         return kernel
-    factory.__name__ = factory.__qualname__ = f"conv1d_shared_{block}_{radius}"
-    return factory
+    return named(factory, f"conv1d_shared_{block}_{radius}")
 
 
 def conv1d_naive(cuda):
@@ -120,5 +119,4 @@ def blur_shared(bx: int = 16, by: int = 8):
                         acc += tile[ty + dr, tx + dc]
                 out[r, c] = acc / 9.0
         return kernel
-    factory.__name__ = factory.__qualname__ = f"blur_shared_{bx}_{by}"
-    return factory
+    return named(factory, f"blur_shared_{bx}_{by}")

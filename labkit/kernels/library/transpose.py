@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from labkit.kernels.library.sizes import _check_pow2
+from labkit.kernels.library.sizes import _check_pow2, named
 
 
 def transpose_naive(cuda):
@@ -55,5 +55,4 @@ def transpose_shared(tile: int = 32, rows: int = 8, pad: int = 1):
                 if orow < out.shape[0] and oc < out.shape[1]:
                     out[orow, oc] = buf[tx, ty + k]
         return kernel
-    factory.__name__ = factory.__qualname__ = f"transpose_shared_{tile}_{rows}_{pad}"
-    return factory
+    return named(factory, f"transpose_shared_{tile}_{rows}_{pad}")
