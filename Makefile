@@ -42,7 +42,7 @@ lab: $(STAMP)
 	$(VENV)/bin/jupyter lab $(ROOT_FLAG) $(LAB_ARGS) notebooks/00_start_here.ipynb
 
 test: $(STAMP) browser-deps
-	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile --nbval-lax --nbval-current-env \
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --nbval-lax --nbval-current-env \
 	  --nbval-cell-timeout=300 --durations=10 -W ignore::DeprecationWarning tests notebooks solutions
 
 # Syncs each solutions/NN_slug.ipynb from its text source NN_slug.py, then writes notebooks/

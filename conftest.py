@@ -1,0 +1,45 @@
+"""The suite's order for `make test`: the longest files first.
+
+`make test` gives each of its pytest-xdist workers whole files (`--dist loadfile`) and turns
+off xdist's own reordering (`--no-loadscope-reorder`), which sends the files with the most
+tests first: the grading tests, a few tests of minutes each, then ran last, one worker busy
+for ten minutes while the others had finished (fresh-clone run of 2026-12-03). Longest
+first (LPT) lets the short files fill in around them. The list is a schedule, not a claim:
+a file missing from it, or slower than its place, changes when it starts, never a verdict.
+"""
+
+# seconds of each file's tests in the fresh-clone run of 2026-12-03 (3 workers, 2 cores)
+LONGEST_FIRST = [
+    "tests/test_grade_paths.py",                  # 559 s
+    "tests/test_release.py",                      # 546 s
+    "tests/test_browser.py",                      # 478 s
+    "tests/test_grade_class.py",                  # 643 s, about half since it grades
+                                                  # byte-identical files once
+    "tests/test_grade_cheats.py",                 # 143 s
+    "tests/test_kernels_checks_load.py",          # 142 s
+    "solutions/12_performance_eval.ipynb",        # 127 s
+    "solutions/09_data_parallel.ipynb",           # 123 s
+    "notebooks/12_performance_eval.ipynb",        # 123 s
+    "notebooks/09_data_parallel.ipynb",           # 108 s
+    "tests/test_cluster_ft.py",                   # 96 s
+    "tests/test_grade_samples.py",                # 95 s
+    "solutions/07_data_pipelines.ipynb",          # 78 s
+    "tests/test_parallel_real.py",                # 74 s
+    "solutions/08_compute_efficiency.ipynb",      # 74 s
+    "tests/test_kernels_tracer.py",               # 70 s
+    "tests/test_ch11_checks.py",                  # 69 s
+    "notebooks/07_data_pipelines.ipynb",          # 68 s
+    "solutions/05_fast_kernels.ipynb",            # 62 s
+    "tests/test_ch05_checks.py",                  # 60 s
+    "notebooks/08_compute_efficiency.ipynb",      # 59 s
+    "tests/test_ch06_checks.py",                  # 58 s
+    "tests/test_kernels_labs.py",                 # 56 s
+    "notebooks/05_fast_kernels.ipynb",            # 50 s
+]
+RANK = {path: k for k, path in enumerate(LONGEST_FIRST)}
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Files of LONGEST_FIRST first, in its order; the rest after, as collected (a stable
+    sort: every worker computes the same order, as xdist requires)."""
+    items.sort(key=lambda item: RANK.get(item.nodeid.split("::", 1)[0], len(RANK)))
