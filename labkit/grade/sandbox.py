@@ -152,6 +152,8 @@ def altered(before: dict[str, int], after: dict[str, int]) -> list[str]:
     """What changed: 'labkit.check.core.evaluate was replaced', '... was removed'. Outside
     labkit only what code of a notebook cell made counts (libraries patch each other on
     import: torch.package replaces ``inspect.getfile``, torch.compile ``torch.manual_seed``)."""
+    if before == after:
+        return []
     notes = []
     for key, ident in before.items():
         if key not in after:
@@ -275,8 +277,14 @@ def prepare(request: dict, shell) -> tuple[dict, Any]:
     return result, answer
 
 
-def answer_call(message: dict, answer: Any, refused) -> dict:
-    """Run one call of the answer the grader asked for; the reply (plain data)."""
+def answer_call(message: dict, answer: Any, refused,
+                before: dict[str, int] | None = None) -> tuple[dict, dict[str, int]]:
+    """Run one call of the answer the grader asked for: the reply (plain data) and the
+    snapshot taken after it. ``before`` is the snapshot after the previous call (nothing of
+    the grader's runs in between, so a change made between calls, by a thread the answer
+    left running, is seen too); None takes one now. One snapshot a call, not two: a
+    snapshot of the watched modules costs about 20 ms, and an allocator check makes
+    hundreds of calls."""
     reply: dict[str, Any] = {"call": message.get("call")}
     fn = None
     key = message.get("fn")
@@ -287,7 +295,7 @@ def answer_call(message: dict, answer: Any, refused) -> dict:
         fn = handles.resolve_key(key)
     args, kwargs = plain.decode(message.get("args", [[], {}]))
     live = handles.Live(answer, refused)
-    before = snapshot()
+    before = snapshot() if before is None else before
     try:
         out = live._invoke(fn, tuple(args), dict(kwargs))
         reply["result"] = plain.encode(out)
@@ -301,9 +309,10 @@ def answer_call(message: dict, answer: Any, refused) -> dict:
         reply["mutated"] = plain.encode([list(args), kwargs])
     except plain.Unencodable:
         pass
+    after = snapshot()
     reply["altered"] = [f"{n} while the check ran the answer"
-                        for n in relevant(altered(before, snapshot()))]
-    return reply
+                        for n in relevant(altered(before, after))]
+    return reply, after
 
 
 def _child(request: dict, shell, in_fd: int, out_fd: int) -> None:
@@ -333,13 +342,16 @@ def _child(request: dict, shell, in_fd: int, out_fd: int) -> None:
     send(ready)
     if answer is not None:
         refused = core.get(request["exercise"]).refused()
+        last = None
         while True:
             message = read_frame_fd(in_fd)
             if message is None or message.get("done") or message.get("request") != req:
                 break
             try:
-                send(answer_call(message, answer, refused))
+                reply, last = answer_call(message, answer, refused, last)
+                send(reply)
             except BaseException as exc:   # noqa: BLE001
+                last = None
                 send({"call": message.get("call"), "crash": f"{type(exc).__name__}: {exc}"})
     os._exit(0)
 
