@@ -9,7 +9,7 @@
   ``(old, new, hint)`` of ``table`` applied (``mutants.mutant``) fails with its hint.
 * ``stub_kernel``: a learner notebook's kernel before it is written (it raises
   NotImplementedError), which a check reports missing.
-* ``first_thread(cuda)`` and ``one_thread(value)``: the wrong kernel in which thread (0, 0)
+* ``first_thread(cuda)`` and ``one_thread(name, value)``: the wrong kernel in which thread (0, 0)
   of block (0, 0) does every element alone.
 """
 from __future__ import annotations
@@ -70,11 +70,11 @@ def first_thread(cuda) -> bool:
             and cuda.blockIdx.y == 0)
 
 
-def one_thread(value):
-    """A kernel factory (``fn(cuda)``) whose kernel takes the inputs and then the output;
-    thread (0, 0) of block (0, 0) alone writes every element of the output in row-major
-    order, ``out[ix] = value(*inputs, ix)`` (``ix`` an index tuple), and the other threads
-    do nothing: the serial loop a learner new to CUDA writes."""
+def one_thread(name, value):
+    """A kernel factory (``fn(cuda)``) named ``name`` whose kernel takes the inputs and then
+    the output; thread (0, 0) of block (0, 0) alone writes every element of the output in
+    row-major order, ``out[ix] = value(*inputs, ix)`` (``ix`` an index tuple), and the other
+    threads do nothing: the serial loop a learner new to CUDA writes."""
     def factory(cuda):
         def kernel(*arrays):
             *inputs, out = arrays
@@ -82,5 +82,5 @@ def one_thread(value):
                 for ix in np.ndindex(*out.shape):
                     out[ix] = value(*inputs, ix)
         return kernel
-    factory.__name__ = factory.__qualname__ = "serial"
+    factory.__name__ = factory.__qualname__ = name
     return factory

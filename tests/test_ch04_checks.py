@@ -158,12 +158,13 @@ def test_an_independent_right_kernel_passes(ex, kernel):
 
 # ---- thread (0, 0) of block (0, 0) doing everything ---------------------------------------
 
-serial_add_ten = one_thread(lambda a, ix: a[ix] + 10)
-serial_add_2d = one_thread(lambda a, b, ix: a[ix] + b[ix])
-serial_broadcast = one_thread(lambda col, row, ix: col[ix[0]] + row[ix[1]])
-serial_conv = one_thread(lambda a, w, ix: sum(
+serial_add_ten = one_thread("serial_add_ten", lambda a, ix: a[ix] + 10)
+serial_add_2d = one_thread("serial_add_2d", lambda a, b, ix: a[ix] + b[ix])
+serial_broadcast = one_thread("serial_broadcast",
+                              lambda col, row, ix: col[ix[0]] + row[ix[1]])
+serial_conv = one_thread("serial_conv", lambda a, w, ix: sum(
     (w[k] * a[ix[0] + k - 2] for k in range(w.size) if 0 <= ix[0] + k - 2 < a.size), 0.0))
-serial_transpose = one_thread(lambda a, ix: a[ix[::-1]])      # out[c, r] = a[r, c]
+serial_transpose = one_thread("serial_transpose", lambda a, ix: a[ix[::-1]])  # out[c, r] = a[r, c]
 
 
 def _window_mean(img, ix):
@@ -173,7 +174,7 @@ def _window_mean(img, ix):
                 for cc in range(max(c - 1, 0), min(c + 2, w))), 0.0) / 9.0
 
 
-serial_blur = one_thread(_window_mean)
+serial_blur = one_thread("serial_blur", _window_mean)
 
 
 def serial_histogram(cuda):

@@ -1,8 +1,7 @@
 """Chapter 05's checkers: right kernels written independently of labkit's pass (written here
 or taken from the chapter's solution, a shuffle-finished reduction and a tree whose idle
-threads return early among them); missing ones are
-missing; serial, racy, uncoalesced, conflicting and wasteful ones fail with their hint;
-labkit's own kernels are refused."""
+threads return early among them); missing ones are missing; serial, racy, uncoalesced,
+conflicting and wasteful ones fail with their hint; labkit's own kernels are refused."""
 import labkit  # noqa: F401
 import math
 
@@ -101,8 +100,8 @@ def test_5_1_conflicting_and_divergent_trees():
 
 
 # thread (0, 0) of block (0, 0) adds every element and writes every partial sum
-serial_sum = one_thread(lambda a, ix: sum((a[i] for i in range(64 * ix[0], min(
-    64 * ix[0] + 64, a.size))), 0.0))
+serial_sum = one_thread("serial_sum", lambda a, ix: sum(
+    (a[i] for i in range(64 * ix[0], min(64 * ix[0] + 64, a.size))), 0.0))
 
 
 def test_5_1_thread_zero_serial_loop_fails():
@@ -183,7 +182,7 @@ def tiled_for_phases(cuda):
     return kernel
 
 
-serial_matmul = one_thread(lambda a, b, ix: sum(
+serial_matmul = one_thread("serial_matmul", lambda a, b, ix: sum(
     (a[ix[0], k] * b[k, ix[1]] for k in range(a.shape[1])), 0.0))
 
 
@@ -191,6 +190,7 @@ serial_matmul = one_thread(lambda a, b, ix: sum(
 # request against 4) and its tile reads collide in banks (two-way).
 tiled_rows_on_x = mutant(tiled_for_phases, "x, y = cuda.threadIdx.x, cuda.threadIdx.y",
                          "y, x = cuda.threadIdx.x, cuda.threadIdx.y")
+tiled_rows_on_x.__name__ = "tiled_rows_on_x"
 
 
 def test_5_2_missing_second_barrier_is_a_race():
