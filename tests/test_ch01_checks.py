@@ -6,20 +6,16 @@ import re
 import numpy as np
 import pytest
 
-from labkit.check import FAIL, MISSING, PASS, evaluate, get
+from labkit.check import FAIL, PASS, evaluate
 from labkit.check import ch01
 from labkit.perf.stack import ALLOC_OPS, COMPUTE_OPS, CONV_OPS, MATMUL_OPS
+from check_basics import reference_and_missing_test
 from mutants import mutant
 
 IDS = [f"1.{k}" for k in range(1, 14)]
 
 
-@pytest.mark.parametrize("ex", IDS)
-def test_reference_passes_and_missing_is_missing(ex):
-    e = get(ex)
-    assert evaluate(ex, e.reference, refuse=False).status == PASS
-    assert evaluate(ex, None).status == MISSING
-    assert e.handles, f"{ex} is still a legacy (answer) checker"
+test_reference_passes_and_missing_is_missing = reference_and_missing_test(IDS, handles=True)
 
 
 # --------------------------------------------------------------- right answers, ours

@@ -11,23 +11,13 @@ from labkit.check import FAIL, MISSING, PASS, evaluate, get, stub
 from labkit.check.ch04 import launch_report
 from labkit.kernels import library as lib
 from labkit.validate import ceil_div
+from check_basics import first_thread, one_thread, reference_and_missing_test, stub_kernel
 from mutants import mutant
 
 KERNELS = ["4.1", "4.2", "4.3", "4.4", "4.5", "4.7", "4.8"]
 
-
-def _stub_kernel(cuda):
-    def kernel(*args):
-        raise NotImplementedError("write this")
-    return kernel
-
-
-@pytest.mark.parametrize("ex", KERNELS)
-def test_reference_passes_and_missing_is_missing(ex):
-    assert evaluate(ex, get(ex).reference, refuse=False).status == PASS
-    assert evaluate(ex, None).status == MISSING
-    assert evaluate(ex, _stub_kernel).status == MISSING
-    assert evaluate(ex, stub(lambda cuda: None)).status == MISSING
+test_reference_passes_and_missing_is_missing = reference_and_missing_test(
+    KERNELS, stub_kernel, stub(lambda cuda: None))
 
 
 @pytest.mark.parametrize("ex, kernel", [
@@ -113,8 +103,8 @@ def histogram_privatized(cuda):
     def kernel(a, counts):
         local = cuda.shared.array(16, cuda.int32)
         t = cuda.threadIdx.x
-        if t < 16:
-            local[t] = 0
+        for b in range(t, 16, cuda.blockDim.x):     # zeroed by a block-stride loop
+            local[b] = 0
         cuda.syncthreads()
         for i in range(cuda.grid(1), a.size, cuda.gridsize(1)):
             cuda.atomic.add(local, a[i], 1)
@@ -151,9 +141,8 @@ def blur_tiled(cuda):
         cuda.syncthreads()
         if r < h and c < w:
             total = 0.0
-            for dr in range(3):
-                for dc in range(3):
-                    total += tile[ty + dr, tx + dc]
+            for k in range(9):                      # the 3 x 3 window, row by row
+                total += tile[ty + k // 3, tx + k % 3]
             out[r, c] = total / 9.0
     return kernel
 
@@ -169,77 +158,30 @@ def test_an_independent_right_kernel_passes(ex, kernel):
 
 # ---- thread (0, 0) of block (0, 0) doing everything ---------------------------------------
 
-def _first(cuda):
-    return (cuda.threadIdx.x == 0 and cuda.threadIdx.y == 0 and cuda.blockIdx.x == 0
-            and cuda.blockIdx.y == 0)
+serial_add_ten = one_thread("serial_add_ten", lambda a, ix: a[ix] + 10)
+serial_add_2d = one_thread("serial_add_2d", lambda a, b, ix: a[ix] + b[ix])
+serial_broadcast = one_thread("serial_broadcast",
+                              lambda col, row, ix: col[ix[0]] + row[ix[1]])
+serial_conv = one_thread("serial_conv", lambda a, w, ix: sum(
+    (w[k] * a[ix[0] + k - 2] for k in range(w.size) if 0 <= ix[0] + k - 2 < a.size), 0.0))
+serial_transpose = one_thread("serial_transpose", lambda a, ix: a[ix[::-1]])  # out[c, r] = a[r, c]
 
 
-def serial_add_ten(cuda):
-    def kernel(a, out):
-        if _first(cuda):
-            for i in range(out.size):
-                out[i] = a[i] + 10
-    return kernel
+def _window_mean(img, ix):
+    """The 3 x 3 mean around ``ix``, zero outside the image."""
+    (r, c), (h, w) = ix, img.shape
+    return sum((img[rr, cc] for rr in range(max(r - 1, 0), min(r + 2, h))
+                for cc in range(max(c - 1, 0), min(c + 2, w))), 0.0) / 9.0
 
 
-def serial_add_2d(cuda):
-    def kernel(a, b, out):
-        if _first(cuda):
-            for r in range(out.shape[0]):
-                for c in range(out.shape[1]):
-                    out[r, c] = a[r, c] + b[r, c]
-    return kernel
-
-
-def serial_broadcast(cuda):
-    def kernel(col, row, out):
-        if _first(cuda):
-            for r in range(out.shape[0]):
-                for c in range(out.shape[1]):
-                    out[r, c] = col[r] + row[c]
-    return kernel
-
-
-def serial_conv(cuda):
-    def kernel(a, w, out):
-        if _first(cuda):
-            for i in range(out.size):
-                acc = 0.0
-                for k in range(w.size):
-                    j = i + k - 2
-                    if 0 <= j < a.size:
-                        acc += w[k] * a[j]
-                out[i] = acc
-    return kernel
-
-
-def serial_transpose(cuda):
-    def kernel(a, out):
-        if _first(cuda):
-            for r in range(a.shape[0]):
-                for c in range(a.shape[1]):
-                    out[c, r] = a[r, c]
-    return kernel
+serial_blur = one_thread("serial_blur", _window_mean)
 
 
 def serial_histogram(cuda):
     def kernel(a, counts):
-        if _first(cuda):
+        if first_thread(cuda):
             for i in range(a.size):
                 counts[a[i]] += 1
-    return kernel
-
-
-def serial_blur(cuda):
-    def kernel(img, out):
-        if _first(cuda):
-            for r in range(img.shape[0]):
-                for c in range(img.shape[1]):
-                    acc = 0.0
-                    for rr in range(max(r - 1, 0), min(r + 2, img.shape[0])):
-                        for cc in range(max(c - 1, 0), min(c + 2, img.shape[1])):
-                            acc += img[rr, cc]
-                    out[r, c] = acc / 9.0
     return kernel
 
 
@@ -257,7 +199,7 @@ def local_copy_add_ten(cuda):
     """Thread 0 copies a into a local array (a runtime index: local memory), then writes
     out from there: a read once from global memory, but all in one thread."""
     def kernel(a, out):
-        if _first(cuda):
+        if first_thread(cuda):
             buf = cuda.local.array(512, cuda.float32)
             for i in range(a.size):
                 buf[i] = a[i]

@@ -1,7 +1,7 @@
-"""Chapter 05's checkers: right kernels written independently pass (a shuffle-finished
-reduction and a tree whose idle threads return early among them); missing ones are
-missing; serial, racy, uncoalesced, conflicting and wasteful ones fail with their hint;
-labkit's own kernels are refused."""
+"""Chapter 05's checkers: right kernels written independently of labkit's pass (written here
+or taken from the chapter's solution, a shuffle-finished reduction and a tree whose idle
+threads return early among them); missing ones are missing; serial, racy, uncoalesced,
+conflicting and wasteful ones fail with their hint; labkit's own kernels are refused."""
 import labkit  # noqa: F401
 import math
 
@@ -10,28 +10,15 @@ import pytest
 from labkit.check import FAIL, MISSING, PASS, evaluate, get
 from labkit.check.ch05 import whose
 from labkit.kernels import library as lib
+from check_basics import first_thread, one_thread, reference_and_missing_test, stub_kernel
 from mutants import mutant
-from test_kernels_analysis import thread0_local_copy
+from solution_answers import solution_answer
+from test_kernels_analysis import thread0_local_copy, unrolled_last_warp
 
 KERNELS = ["5.1", "5.2", "5.3", "5.5", "5.6", "5.7", "5.8"]
 
-
-def _stub_kernel(cuda):
-    def kernel(*args):
-        raise NotImplementedError("write this")
-    return kernel
-
-
-def _first(cuda):
-    return (cuda.threadIdx.x == 0 and cuda.threadIdx.y == 0 and cuda.blockIdx.x == 0
-            and cuda.blockIdx.y == 0)
-
-
-@pytest.mark.parametrize("ex", KERNELS)
-def test_kernel_reference_passes_and_missing_is_missing(ex):
-    assert evaluate(ex, get(ex).reference, refuse=False).status == PASS
-    assert evaluate(ex, None).status == MISSING
-    assert evaluate(ex, _stub_kernel).status == MISSING
+test_kernel_reference_passes_and_missing_is_missing = reference_and_missing_test(
+    KERNELS, stub_kernel)
 
 
 @pytest.mark.parametrize("ex, kernel", [
@@ -53,14 +40,14 @@ def test_labkits_own_kernels_are_refused(ex, kernel):
 # ---- 5.1 a block reduction ---------------------------------------------------------------
 
 REDUCE = get("5.1").reference           # lib.reduce_shared(64)
+SOLVED = solution_answer("05", "5.1")    # the chapter's sequential tree, BLOCK = 64
 
 
 def tree_with_for(cuda):
     """The sequential tree written with a for loop over the levels."""
     def kernel(a, out):
+        t, g = cuda.threadIdx.x, cuda.grid(1)
         s = cuda.shared.array(64, cuda.float32)
-        t = cuda.threadIdx.x
-        g = cuda.blockIdx.x * 64 + t
         s[t] = a[g] if g < a.size else 0.0
         cuda.syncthreads()
         for level in range(5, -1, -1):
@@ -73,71 +60,27 @@ def tree_with_for(cuda):
     return kernel
 
 
-def tree_then_shuffle(cuda):
-    """The chapter's advice (Harris's last step, as lib.reduce_fast does): one shared
-    level, then shfl_down_sync for the last 32 values: fewer barriers, and right."""
-    def kernel(a, out):
-        buf = cuda.shared.array(64, cuda.float32)
-        t = cuda.threadIdx.x
-        i = cuda.blockIdx.x * 64 + t
-        buf[t] = a[i] if i < a.size else 0.0
-        cuda.syncthreads()
+# The chapter's advice (Harris's last step, as lib.reduce_fast does): the solution's tree
+# down to one shared level, then shfl_down_sync for the last 32 values: fewer barriers, and
+# right.
+tree_then_shuffle = mutant(mutant(SOLVED, "s = BLOCK // 2", """
         if t < 32:
             v = buf[t] + buf[t + 32]
             offset = 16
             while offset > 0:
                 v += cuda.shfl_down_sync(0xFFFFFFFF, v, offset)
                 offset //= 2
-            if t == 0:
-                out[cuda.blockIdx.x] = v
-    return kernel
+        s = 0                       # the tree loop never runs ...
+"""), "out[cuda.blockIdx.x] = buf[0]", "out[cuda.blockIdx.x] = v")   # ... thread 0 writes v
 
+# A correct tree whose idle threads return instead of waiting: the later barriers wait only
+# for the threads still running (Volta and later).
+early_return_tree = mutant(SOLVED, "if t < s:\n    buf[t] += buf[t + s]",
+                           "if t >= s:\n    return\nbuf[t] += buf[t + s]")
 
-def early_return_tree(cuda):
-    """A correct tree whose idle threads return instead of waiting: the later barriers
-    wait only for the threads still running (Volta and later)."""
-    def kernel(a, out):
-        buf = cuda.shared.array(64, cuda.float32)
-        t = cuda.threadIdx.x
-        i = cuda.blockIdx.x * 64 + t
-        buf[t] = a[i] if i < a.size else 0.0
-        cuda.syncthreads()
-        s = 32
-        while s > 0:
-            if t >= s:
-                return
-            buf[t] += buf[t + s]
-            cuda.syncthreads()
-            s //= 2
-        if t == 0:
-            out[cuda.blockIdx.x] = buf[0]
-    return kernel
-
-
-def last_warp_unrolled(syncwarp: bool):
-    """Harris's "unroll the last warp": warp 0 finishes without syncthreads; with
-    syncwarp between each step's reads and its write, as the CUDA guide asks since Volta."""
-    def factory(cuda):
-        def kernel(a, out):
-            buf = cuda.shared.array(64, cuda.float32)
-            t = cuda.threadIdx.x
-            i = cuda.blockIdx.x * 64 + t
-            buf[t] = a[i] if i < a.size else 0.0
-            cuda.syncthreads()
-            if t < 32:
-                s = 32
-                while s > 0:
-                    v = buf[t] + buf[t + s]
-                    if syncwarp:
-                        cuda.syncwarp()
-                    buf[t] = v
-                    if syncwarp:
-                        cuda.syncwarp()
-                    s //= 2
-                if t == 0:
-                    out[cuda.blockIdx.x] = buf[0]
-        return kernel
-    return factory
+# Harris's "unroll the last warp": warp 0 finishes without syncthreads; with syncwarp
+# between each step's reads and its write, as the CUDA guide asks since Volta.
+last_warp_unrolled = unrolled_last_warp
 
 
 @pytest.mark.parametrize("kernel", [tree_with_for, tree_then_shuffle, early_return_tree,
@@ -156,16 +99,9 @@ def test_5_1_conflicting_and_divergent_trees():
     assert v.status == FAIL and "SIMT efficiency" in v.message
 
 
-def serial_sum(cuda):
-    """Thread (0, 0) of block (0, 0) adds every element and writes every partial sum."""
-    def kernel(a, out):
-        if _first(cuda):
-            for b in range(out.size):
-                acc = 0.0
-                for i in range(b * 64, min(b * 64 + 64, a.size)):
-                    acc += a[i]
-                out[b] = acc
-    return kernel
+# thread (0, 0) of block (0, 0) adds every element and writes every partial sum
+serial_sum = one_thread("serial_sum", lambda a, ix: sum(
+    (a[i] for i in range(64 * ix[0], min(64 * ix[0] + 64, a.size))), 0.0))
 
 
 def test_5_1_thread_zero_serial_loop_fails():
@@ -225,7 +161,7 @@ TILED = get("5.2").reference            # lib.matmul_tiled(8)
 
 
 def tiled_for_phases(cuda):
-    """A tiled matmul counting its phases with a for loop and guarding with min()."""
+    """A tiled matmul counting its phases with a for loop."""
     def kernel(a, b, c):
         ta = cuda.shared.array((8, 8), cuda.float32)
         tb = cuda.shared.array((8, 8), cuda.float32)
@@ -246,39 +182,15 @@ def tiled_for_phases(cuda):
     return kernel
 
 
-def serial_matmul(cuda):
-    def kernel(a, b, c):
-        if _first(cuda):
-            for i in range(c.shape[0]):
-                for j in range(c.shape[1]):
-                    acc = 0.0
-                    for k in range(a.shape[1]):
-                        acc += a[i, k] * b[k, j]
-                    c[i, j] = acc
-    return kernel
+serial_matmul = one_thread("serial_matmul", lambda a, b, ix: sum(
+    (a[ix[0], k] * b[k, ix[1]] for k in range(a.shape[1])), 0.0))
 
 
-def tiled_rows_on_x(cuda):
-    """A right tiled matmul whose threadIdx.x walks the rows: its loads stride rows (8
-    sectors per request against 4) and its tile reads collide in banks (two-way)."""
-    def kernel(a, b, c):
-        sa = cuda.shared.array((8, 8), cuda.float32)
-        sb = cuda.shared.array((8, 8), cuda.float32)
-        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        i = cuda.blockIdx.y * 8 + tx
-        j = cuda.blockIdx.x * 8 + ty
-        n_k = a.shape[1]
-        acc = 0.0
-        for p in range(0, n_k, 8):
-            sa[tx, ty] = a[i, p + ty] if i < a.shape[0] and p + ty < n_k else 0.0
-            sb[tx, ty] = b[p + tx, j] if p + tx < n_k and j < b.shape[1] else 0.0
-            cuda.syncthreads()
-            for k in range(8):
-                acc += sa[tx, k] * sb[k, ty]
-            cuda.syncthreads()
-        if i < c.shape[0] and j < c.shape[1]:
-            c[i, j] = acc
-    return kernel
+# A right tiled matmul whose threadIdx.x walks the rows: its loads stride rows (8 sectors per
+# request against 4) and its tile reads collide in banks (two-way).
+tiled_rows_on_x = mutant(tiled_for_phases, "x, y = cuda.threadIdx.x, cuda.threadIdx.y",
+                         "y, x = cuda.threadIdx.x, cuda.threadIdx.y")
+tiled_rows_on_x.__name__ = "tiled_rows_on_x"
 
 
 def test_5_2_missing_second_barrier_is_a_race():
@@ -312,38 +224,56 @@ def test_5_2_wrapped_reference_is_refused_and_runs_in_lockstep():
 
 # ---- 5.3 online softmax, one thread per row -------------------------------------------
 
+def online_stats(x, r, start=0, step=1):
+    """(max, sum of exp(x - max)) over columns ``start``, ``start + step``, ... of row ``r``,
+    online: the sum rescaled only when the maximum grows; each element read once."""
+    m, s = -math.inf, 0.0
+    for c in range(start, x.shape[1], step):
+        v = x[r, c]
+        if v > m:
+            s = s * math.exp(m - v) + 1.0
+            m = v
+        else:
+            s += math.exp(v - m)
+    return m, s
+
+
+def two_pass_stats(x, r, start=0, step=1):
+    """The same in two passes over the columns: each element read twice."""
+    m = max((x[r, c] for c in range(start, x.shape[1], step)), default=-math.inf)
+    return m, sum(math.exp(x[r, c] - m) for c in range(start, x.shape[1], step))
+
+
 def online_softmax_rescaling_once(cuda):
     """Online softmax that rescales only when the maximum grows."""
     def kernel(x, out):
         r = cuda.grid(1)
         if r >= x.shape[0]:
             return
-        best = x[r, 0]
-        total = 1.0
-        for c in range(1, x.shape[1]):
-            v = x[r, c]
-            if v > best:
-                total = total * math.exp(best - v) + 1.0
-                best = v
-            else:
-                total += math.exp(v - best)
+        best, total = online_stats(x, r)
         for c in range(x.shape[1]):
             out[r, c] = math.exp(x[r, c] - best) / total
     return kernel
 
 
+def softmax_row(x, out, r):
+    """Row ``r`` of softmax(x) into ``out`` by one thread, online: the maximum and the sum
+    of exponentials in one pass, then the outputs."""
+    m, d = -math.inf, 0.0
+    for c in range(x.shape[1]):
+        m_new = max(m, x[r, c])
+        d = d * math.exp(m - m_new) + math.exp(x[r, c] - m_new)
+        m = m_new
+    for c in range(x.shape[1]):
+        out[r, c] = math.exp(x[r, c] - m) / d
+
+
 def serial_rows(cuda):
     """Thread (0, 0) of block (0, 0) does every row, online."""
     def kernel(x, out):
-        if _first(cuda):
+        if first_thread(cuda):
             for r in range(x.shape[0]):
-                m, d = -math.inf, 0.0
-                for c in range(x.shape[1]):
-                    m_new = max(m, x[r, c])
-                    d = d * math.exp(m - m_new) + math.exp(x[r, c] - m_new)
-                    m = m_new
-                for c in range(x.shape[1]):
-                    out[r, c] = math.exp(x[r, c] - m) / d
+                softmax_row(x, out, r)
     return kernel
 
 
@@ -434,7 +364,7 @@ def scan_two_buffers(cuda):
 def serial_scan(cuda):
     """Thread (0, 0) of block (0, 0) scans every block and writes every total."""
     def kernel(a, out, sums):
-        if _first(cuda):
+        if first_thread(cuda):
             for b in range(sums.size):
                 acc = 0.0
                 for i in range(b * 64, b * 64 + 64):
@@ -551,14 +481,7 @@ def warp_softmax(cuda):
         r = cuda.blockIdx.x * cuda.blockDim.y + w
         if r >= x.shape[0]:
             return
-        m, s = -math.inf, 0.0
-        for c in range(lane, x.shape[1], 32):
-            v = x[r, c]
-            if v > m:
-                s = s * math.exp(m - v) + 1.0
-                m = v
-            else:
-                s += math.exp(v - m)
+        m, s = online_stats(x, r, lane, 32)
         for k in (16, 8, 4, 2, 1):
             m2 = cuda.shfl_xor_sync(0xFFFFFFFF, m, k)
             s2 = cuda.shfl_xor_sync(0xFFFFFFFF, s, k)
@@ -608,92 +531,26 @@ def one_thread_per_row_in_warp_blocks(cuda):
     def kernel(x, out):
         r = cuda.blockIdx.x * 4 + cuda.threadIdx.y
         if r < x.shape[0] and cuda.threadIdx.x == 0:
-            m, d = -math.inf, 0.0
-            for c in range(x.shape[1]):
-                m_new = max(m, x[r, c])
-                d = d * math.exp(m - m_new) + math.exp(x[r, c] - m_new)
-                m = m_new
-            for c in range(x.shape[1]):
-                out[r, c] = math.exp(x[r, c] - m) / d
+            softmax_row(x, out, r)
         cuda.shfl_xor_sync(0xFFFFFFFF, 0.0, 1)
     return kernel
 
 
 def test_5_7_three_passes_read_x_three_times():
-    three = mutant(warp_softmax, """
-        m, s = -math.inf, 0.0
-        for c in range(lane, x.shape[1], 32):
-            v = x[r, c]
-            if v > m:
-                s = s * math.exp(m - v) + 1.0
-                m = v
-            else:
-                s += math.exp(v - m)
-    """, """
-        m, s = -math.inf, 0.0
-        for c in range(lane, x.shape[1], 32):
-            m = max(m, x[r, c])
-        for c in range(lane, x.shape[1], 32):
-            s += math.exp(x[r, c] - m)
-    """)
-    three = mutant(three, """
-            m2 = cuda.shfl_xor_sync(0xFFFFFFFF, m, k)
-            s2 = cuda.shfl_xor_sync(0xFFFFFFFF, s, k)
-            top = max(m, m2)
-            s = s * math.exp(m - top) + s2 * math.exp(m2 - top)
-            m = top
-    """, """
-            m2 = cuda.shfl_xor_sync(0xFFFFFFFF, m, k)
-            m = max(m, m2)
-    """)
-    # the max of each lane's columns only: the sums are per lane, so the values are wrong
+    three = mutant(warp_softmax, "online_stats(x, r, lane, 32)",
+                   "two_pass_stats(x, r, lane, 32)")
+    # the butterfly combines the maxima only: the sums stay per lane, so the values are wrong
+    three = mutant(three, "s = s * math.exp(m - top) + s2 * math.exp(m2 - top)", "pass")
     v = evaluate("5.7", three)
     assert v.status == FAIL
 
 
 # ---- 5.8 FlashAttention ------------------------------------------------------------------
 
-def flash(cuda):
-    """Flash attention written from Algorithm 1: scores of a tile in shared memory, each
-    thread one output element of its query row, the statistics in registers."""
-    def kernel(q, k, v, o):
-        qt = cuda.shared.array((8, 8), cuda.float32)
-        kt = cuda.shared.array((8, 8), cuda.float32)
-        vt = cuda.shared.array((8, 8), cuda.float32)
-        st = cuda.shared.array((8, 8), cuda.float32)
-        x, y = cuda.threadIdx.x, cuda.threadIdx.y
-        n = q.shape[0]
-        row = cuda.blockIdx.x * 8 + y
-        qt[y, x] = q[row, x] if row < n else 0.0
-        best, norm, out = -math.inf, 0.0, 0.0
-        for start in range(0, n, 8):
-            key = start + y
-            kt[y, x] = k[key, x] if key < n else 0.0
-            vt[y, x] = v[key, x] if key < n else 0.0
-            cuda.syncthreads()
-            if start + x < n:
-                dot = 0.0
-                for e in range(8):
-                    dot += qt[y, e] * kt[x, e]
-                st[y, x] = dot / math.sqrt(8.0)
-            else:
-                st[y, x] = -math.inf
-            cuda.syncthreads()
-            top = best
-            for c in range(8):
-                top = max(top, st[y, c])
-            scale = math.exp(best - top)
-            norm *= scale
-            out *= scale
-            for c in range(8):
-                p = math.exp(st[y, c] - top)
-                norm += p
-                out += p * vt[c, x]
-            best = top
-            cuda.syncthreads()
-        if row < n:
-            o[row, x] = out / norm
-    return kernel
+# Flash attention written from Algorithm 1, as the chapter's solution does: scores of a
+# tile in shared memory, each thread one output element of its query row, the statistics in
+# registers.
+flash = solution_answer("05", "5.8")
 
 
 def untiled_fused(cuda):
@@ -761,15 +618,15 @@ def scores_in_local_memory(cuda):
 
 
 flash_racy = mutant(flash, """
-            best = top
+            m = m_new
             cuda.syncthreads()
 """, """
-            best = top
+            m = m_new
 """)
 
 
 def test_5_8_no_rescaling_of_the_output_is_wrong():
-    no_rescale = mutant(flash, "out *= scale", "pass")
+    no_rescale = mutant(flash, "acc *= rescale", "pass")
     v = evaluate("5.8", no_rescale)
     assert v.status == FAIL and "scaled_dot_product_attention" in v.message, v.message
 

@@ -1,5 +1,6 @@
-"""Chapter 06 checkers: a right answer written here, independently of labkit's, passes; a
-missing one is missing; each named wrong answer and shortcut fails with its hint."""
+"""Chapter 06 checkers: a right answer written here or taken from the chapter's solution,
+independently of labkit's, passes; a missing one is missing; each named wrong answer and
+shortcut fails with its hint."""
 import pytest
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -10,7 +11,9 @@ from labkit.check.core import evaluate, stub
 from labkit.memory import core as C
 from labkit.memory import core_replay as R
 from labkit.memory.constants import MiB
+from mutants import mutant
 from replayed import replayed
+from solution_answers import solution_answer
 
 
 # ---- right answers, written for this test ------------------------------------------------
@@ -50,19 +53,7 @@ def merge(block, before, after):
     return lo, hi - lo
 
 
-def saved(fn, exclude=()):
-    skip = {t.untyped_storage().data_ptr() for t in exclude}
-    seen = {}
-
-    def pack(t):
-        st = t.untyped_storage()
-        if st.data_ptr() not in skip:
-            seen[st.data_ptr()] = st.nbytes()
-        return t
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = fn()
-    del out
-    return len(seen), sum(seen.values())
+saved = solution_answer("06", "6.4")      # the chapter's saved_storages: a pack hook
 
 
 def block_bytes(s, b, h, a):
@@ -402,28 +393,14 @@ def test_labkit_functions_that_compute_the_answer_are_listed(ex, listed):
     assert listed in get(ex).answers
 
 
-def _counter(key, unique=True, skip_excluded=True):
-    """A saved-storage counter keyed by ``key(t)`` (each key once when ``unique``)."""
-    def count(fn, exclude=()):
-        skip = {t.untyped_storage().data_ptr() for t in exclude} if skip_excluded else set()
-        seen = []
-
-        def pack(t):
-            if t.untyped_storage().data_ptr() not in skip:
-                seen.append((key(t), t.untyped_storage().nbytes()))
-            return t
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            out = fn()
-        del out
-        rows = dict(seen) if unique else seen
-        rows = rows.items() if unique else rows
-        return len(rows), sum(size for _, size in rows)
-    return count
-
-
-saved_every_call = _counter(lambda t: t.untyped_storage().data_ptr(), unique=False)
-saved_by_data_ptr = _counter(lambda t: t.data_ptr())
-saved_with_params = _counter(lambda t: t.untyped_storage().data_ptr(), skip_excluded=False)
+# the right counter with one change: every saved tensor counted, tensors keyed by their own
+# data pointer (a view not its base's storage), the parameters not left out
+saved_every_call = mutant(saved, "found[storage.data_ptr()] = storage.nbytes()",
+                          "found[len(found)] = storage.nbytes()")
+saved_by_data_ptr = mutant(saved, "found[storage.data_ptr()] = storage.nbytes()",
+                           "found[t.data_ptr()] = t.untyped_storage().nbytes()")
+saved_with_params = mutant(saved, "skip = {t.untyped_storage().data_ptr() for t in exclude}",
+                           "skip = set()")
 
 
 WRONG = [

@@ -1,4 +1,5 @@
-"""Chapter 07's checkers: right answers written here (not labkit's) pass, missing ones are
+"""Chapter 07's checkers: right answers written here or taken from the chapter's solution
+(not labkit's) pass, missing ones are
 missing, and each named wrong answer or shortcut fails with its hint. The lab's checks run
 on the virtual-time machine (labkit.dataload.fake), so nothing here depends on the load."""
 import itertools
@@ -8,31 +9,27 @@ import time
 import numpy as np
 import pytest
 
-from labkit.check import FAIL, MISSING, PASS, evaluate, get
+from labkit.check import FAIL, PASS, evaluate
 from labkit.check import ch07
 from labkit.check.core import Wrong
 from labkit.check.formula import check_formula
 from labkit.dataload.model import augment, steady_throughput, wait_fraction
+from check_basics import assert_fails, mutants_fail_test, reference_and_missing_test
+from solution_answers import solution_answer
 from tests.mutants import mutant
 
 IDS = [f"7.{k}" for k in range(1, 12)]
 
 
-@pytest.mark.parametrize("ex", IDS)
-def test_reference_passes_and_missing_is_missing(ex):
-    assert evaluate(ex, get(ex).reference, refuse=False).status == PASS
-    assert evaluate(ex, get(ex).reference).status == FAIL          # labkit's own: refused
-    assert evaluate(ex, None).status == MISSING
-
-
-def assert_fails(ex, wrong, hint):
-    v = evaluate(ex, wrong)
-    assert v.status == FAIL and hint in v.message, v.message
+test_reference_passes_and_missing_is_missing = reference_and_missing_test(IDS, refused=True)
 
 
 # ------------------------------------------------------------------------ 7.1
 def my_loop(batches, step, *, batch_size, warmup, window, clock=time.perf_counter,
             cpu_clock=time.thread_time, sync=lambda: None):
+    def now():                          # the wall clock and the CPU clock, read together
+        return clock(), cpu_clock()
+
     it = iter(batches)
     for _ in range(warmup):
         x, y = next(it)
@@ -41,12 +38,12 @@ def my_loop(batches, step, *, batch_size, warmup, window, clock=time.perf_counte
     out = {k: [] for k in ("wait_s", "compute_s", "wait_cpu_s", "step_cpu_s")}
     begin = clock()
     for _ in range(window):
-        t0, c0 = clock(), cpu_clock()
+        t0, c0 = now()
         x, y = next(it)
-        t1, c1 = clock(), cpu_clock()
+        t1, c1 = now()
         step(x, y)
         sync()
-        t2, c2 = clock(), cpu_clock()
+        t2, c2 = now()
         out["wait_s"].append(t1 - t0)
         out["compute_s"].append(t2 - t1)
         out["wait_cpu_s"].append(c1 - c0)
@@ -112,7 +109,7 @@ def test_7_1_right_loops_pass():
     ("    for _ in range(warmup):\n        x, y = next(it)\n        step(x, y)\n        sync()",
      "    pass", "first take `warmup` batches untimed"),
     # not syncing after each step
-    ("        sync()\n        t2, c2 = clock(), cpu_clock()", "t2, c2 = clock(), cpu_clock()",
+    ("        sync()\n        t2, c2 = now()", "t2, c2 = now()",
      "sync() after each step"),
     # the end of the window read before the last step has ended
     ("end = clock()", "end = t0", "before the last step"),
@@ -123,7 +120,7 @@ def test_7_1_right_loops_pass():
     ("batch_size * window / (end - begin)", "batch_size * (warmup + window) / (end - begin)",
      "not the warm-up's too"),
     # wall time taken for CPU time
-    ("t1, c1 = clock(), cpu_clock()", "t1, c1 = clock(), cpu_clock()\nc0, c1 = t0, t1",
+    ("t1, c1 = now()", "t1, c1 = now()\nc0, c1 = t0, t1",
      "read cpu_clock() for CPU time"),
     # a new iterator (a new epoch, new workers) for the timed part
     ("begin = clock()", "begin = clock()\nit = iter(batches)", "iter()"),
@@ -133,9 +130,9 @@ def test_7_1_right_loops_pass():
 def test_7_1_rejects(old, new, hint):
     wrong = mutant(my_loop, old, new)
     if "itertools.count" in new:            # the whole epoch: stop at the end of the loader
-        wrong = mutant(wrong, "        x, y = next(it)\n        t1, c1 = clock(), cpu_clock()",
+        wrong = mutant(wrong, "        x, y = next(it)\n        t1, c1 = now()",
                        "try:\n    x, y = next(it)\nexcept StopIteration:\n    break\n"
-                       "t1, c1 = clock(), cpu_clock()")
+                       "t1, c1 = now()")
         wrong.__globals__["itertools"] = itertools
     v = evaluate("7.1", wrong)
     if hint == "not 19":
@@ -160,8 +157,8 @@ def test_7_1_per_step_split_is_required():
 def test_7_1_a_clock_read_before_sync_misses_the_last_step():
     late = mutant(my_loop, "end = clock()", "end = clock()\nsync()")
     assert evaluate("7.1", late).status == PASS          # nothing left to wait for
-    early = mutant(my_loop, "        sync()\n        t2, c2 = clock(), cpu_clock()",
-                   "t2, c2 = clock(), cpu_clock()\nsync()")
+    early = mutant(my_loop, "        sync()\n        t2, c2 = now()",
+                   "t2, c2 = now()\nsync()")
     early = mutant(early, "end = clock()", "end = t2")
     assert_fails("7.1", early, "sync()")
 
@@ -197,7 +194,7 @@ def test_7_3_right():
     assert evaluate("7.3", cycled).status == PASS
 
 
-@pytest.mark.parametrize("old, new, hint", [
+test_7_3_rejects = mutants_fail_test("7.3", my_experiment, [
     ("return batches, lambda x, y: None", "return batches, step", "must not train"),
     ("return itertools.repeat(batch), step", "return batches, step", "you took"),
     ("return itertools.repeat(batch), step", "return itertools.repeat(list(it)[0]), step",
@@ -207,8 +204,6 @@ def test_7_3_right():
     ("    return batches, step\n", "return itertools.islice(batches, 3), step",
      "give the loop the batches as they are"),
 ])
-def test_7_3_rejects(old, new, hint):
-    assert_fails("7.3", mutant(my_experiment, old, new), hint)
 
 
 # ------------------------------------------------------------------------ 7.4
@@ -243,7 +238,7 @@ def test_7_5_right():
     assert evaluate("7.5", my_diagnose).status == PASS
 
 
-@pytest.mark.parametrize("old, new, hint", [
+test_7_5_rejects = mutants_fail_test("7.5", my_diagnose, [
     # the pipeline's wait share alone
     ("return slower if", "return ('data' if sum(pipeline['wait_s']) > sum(pipeline['compute_s']) "
      "else 'compute')\nreturn slower if", "waiting share does not say"),
@@ -253,9 +248,6 @@ def test_7_5_right():
     ("threshold * rates[slower]", "0.9 * rates[slower]", "use the threshold"),
     (' else "both"', ' else "neither"', "return one of"),
 ])
-def test_7_5_rejects(old, new, hint):
-    v = evaluate("7.5", mutant(my_diagnose, old, new))
-    assert v.status == FAIL and hint in v.message, v.message
 
 
 def test_7_5_compared_with_the_faster_stage_gets_its_hint():
@@ -336,8 +328,7 @@ def test_7_7_right():
      "1 / max(C, L/W, (L+C)/cores)"),
 ])
 def test_7_7_rejects(wrong, hint):
-    v = evaluate("7.7", wrong)
-    assert v.status == FAIL and hint in v.message, v.message
+    v = assert_fails("7.7", wrong, hint)
     if "cores bound" in hint or "leaves out the cores" in hint:
         assert "cores / (L + C)" in v.message
 
@@ -374,7 +365,7 @@ def test_7_8_right():
     assert evaluate("7.8", my_queue).status == PASS
 
 
-@pytest.mark.parametrize("old, new, hint", [
+test_7_8_rejects = mutants_fail_test("7.8", my_queue, [
     ("issue = taken[k - depth] if k >= depth else 0.0", "issue = 0.0", "no index is held back"),
     ("t = max(last_end, built)", "t = built", "step k − 1 has ended"),
     ("return np.array(waits), np.array(ends)", "return np.array(waits)", "the pair"),
@@ -382,8 +373,6 @@ def test_7_8_right():
     # the first free worker instead of k mod W: no named hint, the recurrence's rules
     ("worker_free[k % workers]) + load_s[k]", "min(worker_free)) + load_s[k]", "k mod W"),
 ])
-def test_7_8_rejects(old, new, hint):
-    assert_fails("7.8", mutant(my_queue, old, new), hint)
 
 
 def test_7_8_issue_when_built_gets_its_hint():
@@ -410,23 +399,9 @@ def test_7_9_right():
 
 
 # ------------------------------------------------------------------------ 7.10
-class MyCache:
-    def __init__(self, dataset):
-        self.d = dataset
-        self.px = [dataset.image(j) for j in range(len(dataset.blobs))]
-
-    def __len__(self):
-        return len(self.d)
-
-    @property
-    def stored_bytes(self):
-        return sum(p.nbytes for p in self.px)
-
-    def __getitem__(self, index):
-        epoch, i = index if isinstance(index, tuple) else (self.d.epoch, index)
-        rng = np.random.default_rng((self.d.seed, epoch, i))
-        j = i % len(self.px)
-        return augment(self.px[j], rng, blur=self.d.blur), self.d.labels[j]
+# the solution's DecodedCache (self.dataset, and self.images decoded once); each wrong
+# cache below is it with one method replaced
+MyCache = solution_answer("07", "7.10")
 
 
 def _cache_with(**methods):
@@ -434,9 +409,10 @@ def _cache_with(**methods):
 
 
 def _per_item(self, index):
-    epoch, i = index if isinstance(index, tuple) else (self.d.epoch, index)
-    rng = np.random.default_rng((self.d.seed, epoch, i))
-    return augment(self.d.image(i), rng, blur=self.d.blur), self.d.labels[i % len(self.px)]
+    d = self.dataset
+    epoch, i = index if isinstance(index, tuple) else (d.epoch, index)
+    rng = np.random.default_rng((d.seed, epoch, i))
+    return augment(d.image(i), rng, blur=d.blur), d.labels[i % len(self.images)]
 
 
 def _memo(self, index):
@@ -448,11 +424,9 @@ def _memo(self, index):
     return self.memo[i]
 
 
-def _swapped(self, index):
-    epoch, i = index if isinstance(index, tuple) else (self.d.epoch, index)
-    rng = np.random.default_rng((self.d.seed, i, epoch))
-    j = i % len(self.px)
-    return augment(self.px[j], rng, blur=self.d.blur), self.d.labels[j]
+# the seed's epoch and index swapped
+_swapped = mutant(MyCache.__getitem__, "default_rng((d.seed, epoch, i))",
+                  "default_rng((d.seed, i, epoch))")
 
 
 def test_7_10_right():
@@ -463,8 +437,9 @@ def test_7_10_right():
     (_cache_with(__getitem__=_per_item), "decode each image once"),
     (_cache_with(__getitem__=_memo), "cannot be cached"),
     (_cache_with(__getitem__=_swapped), "default_rng((dataset.seed, epoch, i))"),
-    (_cache_with(stored_bytes=property(lambda s: s.d.stored_bytes)), "decoded pixels it holds"),
-    (_cache_with(__len__=lambda s: len(s.px)), "as many items as the dataset"),
+    (_cache_with(stored_bytes=property(lambda s: s.dataset.stored_bytes)),
+     "decoded pixels it holds"),
+    (_cache_with(__len__=lambda s: len(s.images)), "as many items as the dataset"),
 ])
 def test_7_10_rejects(cls, hint):
     assert_fails("7.10", cls, hint)

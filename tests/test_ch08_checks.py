@@ -272,11 +272,10 @@ class RightScaler:
         for g in grads:
             g.mul_(1.0 / self.S)
 
-    def step(self, optimizer):
+    def step(self, optimizer):              # GradScaler returns what optimizer.step() does
         if self.bad is None:
             self.unscale_(optimizer)
-        if not self.bad:
-            optimizer.step()
+        return None if self.bad else optimizer.step()
 
     def update(self):
         self.streak = 0 if self.bad else self.streak + 1

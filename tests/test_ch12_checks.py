@@ -8,20 +8,16 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from labkit.check import FAIL, MISSING, PASS, evaluate, get
+from labkit.check import FAIL, PASS, evaluate
 from labkit.check import ch12
 from labkit import timing
 from labkit.timing import Timing
+from check_basics import reference_and_missing_test
 
 IDS = [f"12.{k}" for k in range(1, 11)]
 
 
-@pytest.mark.parametrize("ex", IDS)
-def test_reference_passes_and_missing_is_missing(ex):
-    e = get(ex)
-    assert evaluate(ex, e.reference, refuse=False).status == PASS
-    assert evaluate(ex, None).status == MISSING
-    assert e.handles, f"{ex} is still a legacy (answer) checker"
+test_reference_passes_and_missing_is_missing = reference_and_missing_test(IDS, handles=True)
 
 
 # -------------------------------------------------------------- a harness of our own

@@ -5,6 +5,8 @@ for exactly its duration (plus the overhead of each preemption) on all its GPUs 
 the GPU-seconds of the occupancy curve those of the jobs, and EASY starting every head no
 later than the reservation it was given (Mu'alem & Feitelson, IEEE TPDS 12(6), 2001, §2)."""
 import hashlib
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -81,23 +83,10 @@ def fingerprint(res):
 
 
 # what simulate gave on random_run(k) when its state was closures sharing nonlocal
-# variables (commit 241d7f5), before ClusterSim (fingerprinted to 10 digits since 2026-12)
-CLOSURES = [
-    (0, 66, '45571f858fb8a2d7'), (0, 93, 'ca3e9664b3789de5'), (0, 22, 'a97e2b612a598d7e'),
-    (0, 29, 'daa528e9e7fd4a82'), (0, 106, '45b8a064da8519b9'), (0, 12, '0afa87a87d8f7f7e'),
-    (0, 66, '806758baae01c273'), (0, 85, '5516ad846d70369e'), (0, 35, '7667dc0b701438c5'),
-    (10, 125, '8eaf8c99f2bd1de1'), (0, 39, '7964deb34f37e194'), (0, 97, '8cf4779c3d525596'),
-    (0, 117, 'c91ade0bceef75c1'), (0, 100, '575c538f3721dc33'), (17, 98, 'bec3a26ee6ccc3d6'),
-    (0, 87, '32f7cad2a2564818'), (4, 104, 'dec1ee5dbc06117e'), (0, 21, '8e6183c2ba77fea3'),
-    (0, 33, 'f24322c1557beef6'), (0, 49, 'c87c0619005d4979'), (0, 38, 'c563cc6492b08b66'),
-    (0, 52, 'fc937f8f2a1d9b59'), (0, 82, 'b31e8f72f0f28baa'), (0, 56, '377b529b2564bc7d'),
-    (8, 100, 'a684db41556699ee'), (0, 104, 'abbb8582c9b112a6'), (0, 70, '8e1cf14cc7eecd55'),
-    (0, 33, '561e0afec3ca5187'), (0, 34, '9e86428f43dd3914'), (0, 75, '637a1f6950145f92'),
-    (0, 92, '3d7fc869a07cc7b6'), (2, 66, '82de7175b4c47f8a'), (0, 104, '2430013caf758ec8'),
-    (0, 51, '38e0a615bcc49ccc'), (0, 22, '8ae9618fbc7a2d7f'), (0, 100, '597b72650999b927'),
-    (7, 63, '6f2e49d1e1cba56f'), (0, 79, 'cd231e261f5ef3d4'), (0, 45, 'cc38f0bf944e6ce8'),
-    (0, 35, 'db9295c319f660fa'),
-]
+# variables (commit 241d7f5), before ClusterSim (fingerprinted to 10 digits since 2026-12):
+# one [preemptions, segments, digest] a seed, kept as data in scheduler_closures.json
+CLOSURES = [tuple(row) for row in json.loads(
+    Path(__file__).with_name("scheduler_closures.json").read_text())]
 
 # chapter 11's 1,500 jobs on 8 x 8 GPUs (cell-010), each policy, with the closures
 CHAPTER = {"fifo": (0, 1500, '52170ade89a6be6f'), "sjf": (0, 1500, '84d9d209cb7e78cd'),

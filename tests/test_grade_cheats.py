@@ -5,41 +5,18 @@ Each submission below answers chapter 00's exercise wrongly or not at all and ch
 way; the grading command (run as an instructor runs it) must give none of them a pass, and
 its notes or the verdict must say what happened. The honest learner still passes.
 """
-import copy
-import csv
-import subprocess
-import sys
+import functools
 import textwrap
 
 import nbformat
 import pytest
 
+from grading_runs import (RIGHT, WRONG, ZERO as NAME, course, grade_command, grade_rows,
+                          hand_in, run_grading, with_answer as answer, with_new_cell)
 from labkit.grade.generate import NOTEBOOKS, SOLUTIONS
 
-NAME = "00_start_here.ipynb"
-WRONG = "def blocks_needed(n, threads_per_block):\n    return n // threads_per_block\n"
-RIGHT = "def blocks_needed(n, threads_per_block):\n    return -(-n // threads_per_block)\n"
-
-
-def answer(nb, source):
-    nb = copy.deepcopy(nb)
-    next(c for c in nb.cells if c.get("id") == "cell-013").source = textwrap.dedent(source)
-    return nb
-
-
-def early(nb, source):
-    """A cell of the learner's own, before any exercise."""
-    nb = copy.deepcopy(nb)
-    first = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-    nb.cells.insert(first + 1, nbformat.v4.new_code_cell(textwrap.dedent(source)))
-    return nb
-
-
-def after_check(nb, source):
-    nb = copy.deepcopy(nb)
-    at = next(i for i, c in enumerate(nb.cells) if c.get("id") == "check-0-1")
-    nb.cells.insert(at + 1, nbformat.v4.new_code_cell(textwrap.dedent(source)))
-    return nb
+early = with_new_cell                       # a cell of the learner's own, before any exercise
+after_check = functools.partial(with_new_cell, after="check-0-1")
 
 
 def cheats(learner):
@@ -160,25 +137,17 @@ def cheats(learner):
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cheats")
-    sols = root / "solutions"
-    sols.mkdir()
+    root, sols = course(tmp_path_factory, "cheats")
     (sols / NAME).write_bytes((SOLUTIONS / NAME).read_bytes())
     learner = nbformat.read(NOTEBOOKS / NAME, as_version=4)
     subs = {name: nb for name, (nb, _) in cheats(learner).items()}
     subs["honest"] = answer(learner, RIGHT)
-    folder = root / "submissions"
-    for who, nb in subs.items():
-        (folder / who).mkdir(parents=True)
-        nbformat.write(nb, folder / who / NAME)
+    folder = hand_in(root / "submissions", subs)
     out = root / "grades"
-    proc = subprocess.run([sys.executable, "-m", "labkit.grade.cli", str(folder), "--out",
-                           str(out), "--solutions", str(sols), "--jobs", "2", "--timeout",
-                           "40", "--cell-timeout", "10", "--exercise-timeout", "10",
-                           "--quiet"],
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr
-    rows = {r["learner"]: r for r in csv.DictReader((out / "grades.csv").open())}
+    proc = run_grading(grade_command(folder, out, sols, "--jobs", "2", "--timeout", "40",
+                                     "--cell-timeout", "10", "--exercise-timeout", "10",
+                                     "--quiet"), timeout=900)
+    rows = grade_rows(out)
     return rows, (out / "grades.md").read_text(), proc.stdout
 
 

@@ -5,27 +5,21 @@ regrade of two learners merged into the gradebook; the written-answers page and 
 points read back."""
 import copy
 import csv
-import json
-import os
-import shutil
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import textwrap
-from pathlib import Path
 
 import nbformat
 import pytest
 
+from grading_runs import (RIGHT, SHOTS, WRONG, ZERO, chromium_page, course, grade_command,
+                          grade_rows, hand_in, run_grading, with_answer, with_cell)
 from labkit.check.core import get
 from labkit.grade.authoring import code, md
 from labkit.grade.generate import BEGIN, SOLUTIONS, check_cells, learner_version
 from labkit.grade.slices import build_slice
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-SHOTS = Path(tempfile.gettempdir()) / "labkit-browser-screenshots"
-ZERO = "00_start_here.ipynb"
 MINI = "12_performance_eval.ipynb"      # a trimmed chapter 12: two exercises, one question
 
 
@@ -68,30 +62,20 @@ def mini_zero():
     return nb
 
 
-def answered(nb, cell_id, source):
-    nb = copy.deepcopy(nb)
-    next(c for c in nb.cells if c.get("id") == cell_id).source = textwrap.dedent(source)
-    return nb
-
-
 @pytest.fixture(scope="module")
 def term(tmp_path_factory):
-    root = tmp_path_factory.mktemp("term")
-    sols = root / "solutions"
-    sols.mkdir()
+    root, sols = course(tmp_path_factory, "term")
     mini, chosen = mini_solution()
     zero_sol = mini_zero()
     nbformat.write(zero_sol, sols / ZERO)
     nbformat.write(mini, sols / MINI)
     zero_blank = learner_version(zero_sol)
     mini_blank = learner_version(mini)
-    right0 = answered(zero_blank, "cell-013", "def blocks_needed(n, threads_per_block):\n"
-                      "    return -(-n // threads_per_block)\n")
-    wrong0 = answered(zero_blank, "cell-013", "def blocks_needed(n, threads_per_block):\n"
-                      "    return n // threads_per_block\n")
-    broken0 = answered(zero_blank, "cell-013", "def blocks_needed(n, threads_per_block)\n"
-                       "    return n\n")                                  # a SyntaxError
-    writes = answered(mini, "written-1", "**Question.** Why report a median with an interval?"
+    right0 = with_answer(zero_blank, RIGHT)
+    wrong0 = with_answer(zero_blank, WRONG)
+    broken0 = with_answer(zero_blank, "def blocks_needed(n, threads_per_block)\n"
+                          "    return n\n")                                  # a SyntaxError
+    writes = with_cell(mini, "written-1", "**Question.** Why report a median with an interval?"
                       "\n\nRuns vary; one number hides how much.")
     edited = copy.deepcopy(mini)
     for cell in edited.cells:
@@ -112,11 +96,7 @@ def term(tmp_path_factory):
         "jon": {ZERO: right0, MINI: mini},
         "kim": {ZERO: wrong0, MINI: mini_blank},
     }
-    folder = root / "submissions"
-    for who, files in layout.items():
-        (folder / who).mkdir(parents=True)
-        for fname, nb in files.items():
-            nbformat.write(nb, folder / who / fname)
+    folder = hand_in(root / "submissions", layout)
     # two learners come as a Canvas bulk download: <name>[_LATE]_<id>_<sub>_<file>
     nbformat.write(right0, folder / f"lee_4401_9001_{ZERO}")
     nbformat.write(mini, folder / f"lee_4401_9002_{MINI}")
@@ -153,24 +133,19 @@ def term(tmp_path_factory):
         for k, who in enumerate(sorted(layout)):
             w.writerow([who, f"S{1000 + k}", who.title(), f"{who}@uni.example", "A"])
     out = root / "grades"
-    cmd = [sys.executable, "-m", "labkit.grade.cli", str(folder), "--out", str(out),
-           "--solutions", str(sols), "--config", str(config), "--roster", str(roster),
-           "--feedback", str(out / "feedback"), "--answers", str(out / "answers"),
-           "--jobs", "2", "--timeout", "60", "--cell-timeout", "10",
-           "--exercise-timeout", "30", "--seed", "7", "--quiet"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr
-    first = {r["learner"]: r for r in csv.DictReader((out / "grades.csv").open())}
+    cmd = grade_command(folder, out, sols, "--config", str(config), "--roster", str(roster),
+                        "--feedback", str(out / "feedback"), "--answers", str(out / "answers"),
+                        "--jobs", "2", "--timeout", "60", "--cell-timeout", "10",
+                        "--exercise-timeout", "30", "--seed", "7", "--quiet")
+    proc = run_grading(cmd, timeout=900)
+    first = grade_rows(out)
     # regrade two learners after fixing bob's answer: merged into the gradebook
     nbformat.write(right0, folder / "bob" / ZERO)
-    regrade = subprocess.run(cmd[:3] + cmd[3:] + ["--learners", "bob", "kim"],
-                             capture_output=True, text=True, timeout=600)
-    assert regrade.returncode == 0, regrade.stderr
+    regrade = run_grading(cmd + ["--learners", "bob", "kim"], timeout=600)
     return root, out, chosen, first, proc.stdout, regrade.stdout
 
 
-def rows(out):
-    return {r["learner"]: r for r in csv.DictReader((out / "grades.csv").open())}
+rows = grade_rows
 
 
 def test_class_has_thirteen_learners_with_points_and_subtotals(term):
@@ -269,32 +244,19 @@ def test_written_answers_page_and_points_import(term):
 @pytest.mark.browser
 @pytest.mark.timeout(300)
 def test_grades_and_a_feedback_file_render_in_chromium(term, record_property):
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian's chromium is not installed (make test installs it as root)")
-    pytest.importorskip("playwright.sync_api")
-    from playwright.sync_api import sync_playwright
-
     _, out, *_ = term
-    SHOTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--no-first-run", "--disable-sync"])
-        try:
-            page = browser.new_page(viewport={"width": 1200, "height": 900})
-            page.goto((out / "grades.html").as_uri())
-            page.wait_for_function("() => [...document.images].every(i => i.complete && "
-                                   "i.naturalWidth > 0) && document.images.length === 2",
-                                   timeout=30_000)
-            learners = page.locator("#grades tbody tr").count()
-            summary = page.locator("#summary").inner_text()
-            page.screenshot(path=str(SHOTS / "class_grades.png"), full_page=True)
-            page.goto((out / "feedback" / "eve.html").as_uri())
-            total = page.locator("#total").inner_text()
-            tb = page.locator("pre.traceback").inner_text()
-            page.screenshot(path=str(SHOTS / "feedback_eve.png"), full_page=True)
-        finally:
-            browser.close()
+    with chromium_page({"width": 1200, "height": 900}) as page:
+        page.goto((out / "grades.html").as_uri())
+        page.wait_for_function("() => [...document.images].every(i => i.complete && "
+                               "i.naturalWidth > 0) && document.images.length === 2",
+                               timeout=30_000)
+        learners = page.locator("#grades tbody tr").count()
+        summary = page.locator("#summary").inner_text()
+        page.screenshot(path=str(SHOTS / "class_grades.png"), full_page=True)
+        page.goto((out / "feedback" / "eve.html").as_uri())
+        total = page.locator("#total").inner_text()
+        tb = page.locator("pre.traceback").inner_text()
+        page.screenshot(path=str(SHOTS / "feedback_eve.png"), full_page=True)
     record_property("screenshot", str(SHOTS / "class_grades.png"))
     assert learners == 13 and "13 learners" in summary
     assert "of 6 points" in total or "of 8 points" in total

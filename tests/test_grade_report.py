@@ -3,14 +3,11 @@ feedback only where there is something to say, pass rates, per-learner feedback 
 LMS exports, and grades.html (table, bar chart, histogram) rendered in a real Chromium."""
 import base64
 import csv
-import os
 import re
-import shutil
-import tempfile
-from pathlib import Path
 
 import pytest
 
+from grading_runs import SHOTS, chromium_page
 from labkit.grade.authoring import check_cell, code, notebook
 from labkit.grade.config import from_dict
 from labkit.grade.report import (feedback_lines, from_grades, header, learner_markdown,
@@ -18,8 +15,6 @@ from labkit.grade.report import (feedback_lines, from_grades, header, learner_ma
                                  write_lms)
 from labkit.grade.runner import Assignment, NotebookGrade
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-SHOTS = Path(tempfile.gettempdir()) / "labkit-browser-screenshots"
 CONFIG = from_dict({"points": {"1.2": 3}, "assignment": [
     {"name": "first", "chapters": [1]}, {"name": "second", "notebooks": ["02_b"]}]})
 
@@ -125,30 +120,17 @@ def test_empty_rows_render():
 @pytest.mark.browser
 @pytest.mark.timeout(300)
 def test_grades_html_renders_in_chromium(tmp_path, record_property):
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian's chromium is not installed (make test installs it as root)")
-    pytest.importorskip("playwright.sync_api")
-    from playwright.sync_api import sync_playwright
-
     _, _, html_path = write_class(view(), tmp_path)
-    SHOTS.mkdir(exist_ok=True)
     shot = SHOTS / "grades_html.png"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--no-first-run", "--disable-sync"])
-        try:
-            page = browser.new_page(viewport={"width": 1100, "height": 900})
-            page.goto(html_path.as_uri())
-            page.wait_for_function(
-                "() => [...document.images].length === 2 && "
-                "[...document.images].every(i => i.complete && i.naturalWidth > 0)",
-                timeout=30_000)
-            n_rows = page.locator("#grades tbody tr").count()
-            sizes = page.evaluate("() => [...document.images].map(i => [i.id, i.naturalWidth])")
-            page.screenshot(path=str(shot), full_page=True)
-        finally:
-            browser.close()
+    with chromium_page({"width": 1100, "height": 900}) as page:
+        page.goto(html_path.as_uri())
+        page.wait_for_function(
+            "() => [...document.images].length === 2 && "
+            "[...document.images].every(i => i.complete && i.naturalWidth > 0)",
+            timeout=30_000)
+        n_rows = page.locator("#grades tbody tr").count()
+        sizes = page.evaluate("() => [...document.images].map(i => [i.id, i.naturalWidth])")
+        page.screenshot(path=str(shot), full_page=True)
     record_property("screenshot", str(shot))
     print(f"\nscreenshot: {shot}")
     assert n_rows == 3

@@ -2,7 +2,6 @@
 misnamed, broken, looping, crashing and nbformat-3 submissions each give the expected line
 in the table; a dead kernel is reported in seconds."""
 import copy
-import csv
 import shutil
 import subprocess
 import sys
@@ -10,49 +9,30 @@ import sys
 import nbformat
 import pytest
 
+from grading_runs import (WRONG, ZERO as NAME, course, grade_command, grade_rows, hand_in,
+                          run_grading, with_answer, with_cell, with_new_cell)
 from labkit.grade.generate import NOTEBOOKS, SOLUTIONS
 from labkit.grade.runner import Assignment, grade_all, grade_notebook
-
-NAME = "00_start_here.ipynb"
-
-
-def with_answer(nb, body):
-    nb = copy.deepcopy(nb)
-    cell = next(c for c in nb.cells if "def blocks_needed" in c.source)
-    cell.source = f"def blocks_needed(n, threads_per_block):\n    {body}"
-    return nb
-
-
-def insert_before_check(nb, source):
-    nb = copy.deepcopy(nb)
-    at = next(i for i, c in enumerate(nb.cells) if c.get("id") == "check-0-1")
-    nb.cells.insert(at, nbformat.v4.new_code_cell(source))
-    return nb
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    root = tmp_path_factory.mktemp("grading")
-    sols = root / "solutions"
-    sols.mkdir()
+    root, sols = course(tmp_path_factory, "grading")
     shutil.copy(SOLUTIONS / NAME, sols / NAME)
     solution = nbformat.read(SOLUTIONS / NAME, as_version=4)
     learner = nbformat.read(NOTEBOOKS / NAME, as_version=4)
-    tampered = with_answer(learner, "return n // threads_per_block")
-    next(c for c in tampered.cells if c.get("id") == "check-0-1").source = 'print("✅ passed")'
+    wrong = with_answer(learner, WRONG)
     subs = {
         "right": solution,
-        "wrong": with_answer(learner, "return n // threads_per_block"),
-        "tampered": tampered,
+        "wrong": wrong,
+        "tampered": with_cell(wrong, "check-0-1", 'print("✅ passed")'),
         "blank": learner,
         # an endless loop that sleeps: the same cell limit, without burning a shared core
-        "looping": insert_before_check(solution, "import time\nwhile True:\n    time.sleep(0.05)"),
-        "crashing": insert_before_check(solution, "import os\nos._exit(0)"),
+        "looping": with_new_cell(solution, "import time\nwhile True:\n    time.sleep(0.05)",
+                                 before="check-0-1"),
+        "crashing": with_new_cell(solution, "import os\nos._exit(0)", before="check-0-1"),
     }
-    folder = root / "submissions"
-    for who, nb in subs.items():
-        (folder / who).mkdir(parents=True)
-        nbformat.write(nb, folder / who / NAME)
+    folder = hand_in(root / "submissions", subs)
     (folder / "broken").mkdir()
     (folder / "broken" / NAME).write_text("{this is not json")
     (folder / "emptylist").mkdir()
@@ -64,31 +44,34 @@ def graded(tmp_path_factory):
     (folder / "absent").mkdir()
     (folder / "stray.ipynb").write_text("{}")
     out = root / "grades"
-    proc = subprocess.run([sys.executable, "-m", "labkit.grade.cli", str(folder), "--out",
-                           str(out), "--solutions", str(sols), "--jobs", "2", "--timeout",
-                           "120", "--cell-timeout", "10", "--quiet"],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    rows = {r["learner"]: r for r in csv.DictReader((out / "grades.csv").open())}
+    proc = run_grading(grade_command(folder, out, sols, "--jobs", "2", "--timeout", "120",
+                                     "--cell-timeout", "10", "--quiet"), timeout=600)
+    rows = grade_rows(out)
     assert (out / "grades.html").read_text().count("data:image/png;base64,") == 2
     return rows, (out / "grades.md").read_text(), proc.stdout
 
 
-@pytest.mark.parametrize("learner, status, note", [
-    ("right", "pass", ""),
-    ("wrong", "fail", ""),
-    ("tampered", "fail", "check 0.1 was edited; restored"),
-    ("blank", "missing", ""),
-    ("absent", "missing", "notebook not submitted"),
-    ("misnamed", "pass", "graded 00_Start_Here.ipynb (its cells are this notebook's; name it 00_start_here.ipynb)"),
-    ("broken", "error", "not a valid notebook"),
-    ("emptylist", "error", "not a notebook (a JSON list"),
-    ("v3", "pass", ""),
-    ("looping", "pass", "a cell waited without working"),
-    ("crashing", "pass", "the kernel died"),   # the verdict is decided apart
-])
-def test_each_submission_gets_its_line(graded, learner, status, note):
+# learner -> (the verdict of 0.1, what the notes must hold)
+LINES = {
+    "right": ("pass", ""),
+    "wrong": ("fail", ""),
+    "tampered": ("fail", "check 0.1 was edited; restored"),
+    "blank": ("missing", ""),
+    "absent": ("missing", "notebook not submitted"),
+    "misnamed": ("pass", "graded 00_Start_Here.ipynb (its cells are this notebook's; name it "
+                 "00_start_here.ipynb)"),
+    "broken": ("error", "not a valid notebook"),
+    "emptylist": ("error", "not a notebook (a JSON list"),
+    "v3": ("pass", ""),
+    "looping": ("pass", "a cell waited without working"),
+    "crashing": ("pass", "the kernel died"),   # the verdict is decided apart
+}
+
+
+@pytest.mark.parametrize("learner", LINES)
+def test_each_submission_gets_its_line(graded, learner):
     rows, _, _ = graded
+    status, note = LINES[learner]
     assert rows[learner]["0.1"] == status
     assert rows[learner]["total"] == str(int(status == "pass"))
     assert rows[learner]["max"] == "1"

@@ -495,14 +495,15 @@ def test_64_bit_shared_accesses_count_both_words(dtype, stride, requests, least,
 # ---- races --------------------------------------------------------------------------
 
 def unrolled_last_warp(syncwarp: bool):
-    """Harris's last-warp unroll (sum of 64 values; warp 0 finishes without syncthreads),
-    written as a loop; ``syncwarp`` puts cuda.syncwarp() between each step's reads and its
-    write and after the write, as the CUDA guide asks since Volta."""
+    """Harris's last-warp unroll (each block's sum of 64 values; warp 0 finishes without
+    syncthreads), written as a loop; ``syncwarp`` puts cuda.syncwarp() between each step's
+    reads and its write and after the write, as the CUDA guide asks since Volta (a right
+    answer to exercise 5.1 then: tests/test_ch05_checks.py)."""
     def factory(cuda):
         def kernel(a, out):
             buf = cuda.shared.array(64, cuda.float32)
-            t = cuda.threadIdx.x
-            buf[t] = a[t] if t < a.size else 0.0
+            t, i = cuda.threadIdx.x, cuda.grid(1)
+            buf[t] = a[i] if i < a.size else 0.0
             cuda.syncthreads()
             if t < 32:
                 s = 32
@@ -515,7 +516,7 @@ def unrolled_last_warp(syncwarp: bool):
                         cuda.syncwarp()
                     s //= 2
             if t == 0:
-                out[0] = buf[0]
+                out[cuda.blockIdx.x] = buf[0]
         return kernel
     return factory
 
