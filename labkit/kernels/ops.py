@@ -19,7 +19,7 @@ from labkit.kernels.models import BLOCKED_2D
 from labkit.kernels.numba_run import run_numba
 from labkit.kernels.trace import GLOBAL, Trace
 from labkit.kernels.tracer import DEFAULT_BUDGET_S, run_traced
-from labkit.validate import array, ceil_div, integer, one_of, power_of_two
+from labkit.validate import array, ceil_div, function, integer, one_of, power_of_two
 
 RUNNERS = ("trace", "numba")
 
@@ -85,6 +85,7 @@ def _result(value: np.ndarray, *traces: Trace | None) -> Launch:
 def elementwise(kernel_fn: Callable, *inputs: Any, runner: str = "trace",
                 block: int = 32, budget_s: float | None = DEFAULT_BUDGET_S) -> Launch:
     """Launch a 1-D elementwise kernel ``kernel(*inputs, out)`` over out.size threads."""
+    function("kernel_fn", kernel_fn)
     block = _block(block)
     if not inputs:
         raise ValueError("elementwise needs at least one input array")

@@ -139,7 +139,8 @@ class CostCurves:
 def cost_curves(op: str, world: int, nbytes: Sequence[float], *, alpha: float, beta: float,
                 gamma: float = 0.0) -> CostCurves:
     """collective_time for every algorithm of ``op`` (that supports ``world``) at each size."""
-    sizes = np.asarray(nbytes, dtype=float)
+    V.one_of("op", op, ALGORITHMS)
+    sizes = V.array("nbytes", nbytes, ndim=1)
     out = {}
     for alg in ALGORITHMS[op]:
         if (op, alg) in POW2_ONLY and world & (world - 1):
