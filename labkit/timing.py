@@ -131,7 +131,7 @@ def summarise(samples, *, level: float = 0.95, resamples: int = 2000, seed: int 
     (:func:`labkit.stats.bootstrap_ci`: ``resamples`` resamples with replacement from
     ``default_rng(seed)``, the (1 - level)/2 and (1 + level)/2 percentiles of their medians).
     One sample has no spread: its interval is the sample itself."""
-    x = tuple(float(s) for s in samples)
+    x = tuple(float(s) for s in v.array("samples", samples, ndim=1, allow_empty=True))
     if not x:
         raise ValueError("samples must hold at least one timing")
     if len(x) == 1:

@@ -136,8 +136,6 @@ KNOWN: dict[str, str] = {
     "labkit.kernels.widgets:occupancy_view": "unchecked: gpu",
     "labkit.kernels.widgets:roofline_view": "unchecked: hw",
     "labkit.kernels.widgets:tensorcore_view": "unchecked: distribution",
-    # labkit.memory.constants
-    "labkit.memory.constants:format_size": "unchecked: nbytes",
     # labkit.memory.core_replay
     "labkit.memory.core_replay:random_events":
         "unchecked: large, live_max, n, rng (AttributeError)",
@@ -150,8 +148,6 @@ KNOWN: dict[str, str] = {
     "labkit.memory.report:model_state_rows": "unchecked: optimizers, precisions",
     # labkit.memory.scenarios
     "labkit.memory.scenarios:seed_monitor_example": "unchecked: device",
-    # labkit.parallel.cost
-    "labkit.parallel.cost:ceil_log2": "unchecked: p (OverflowError)",
     # labkit.parallel.draw
     "labkit.parallel.draw:demo_data":
         "unchecked: per_rank (MemoryError), seed, world (MemoryError)",
@@ -164,18 +160,11 @@ KNOWN: dict[str, str] = {
     # labkit.parallel.tensor_parallel
     "labkit.parallel.tensor_parallel:gelu": "unchecked: x",
     "labkit.parallel.tensor_parallel:gelu_grad": "unchecked: x",
-    "labkit.parallel.tensor_parallel:layer_comm_bytes":
-        "unchecked: backward, batch, bytes_per_element, hidden, seq, tp "
-        "(ZeroDivisionError)",
     "labkit.parallel.tensor_parallel:megatron_demo":
         "unchecked: attention_tp, ffn (MemoryError), hidden (MemoryError), seq "
         "(MemoryError), sp_tps, tps",
-    "labkit.parallel.tensor_parallel:ring_allreduce_bytes":
-        "unchecked: nbytes, tp (ZeroDivisionError)",
-    "labkit.parallel.tensor_parallel:split_columns":
-        "unchecked: tp (ZeroDivisionError), w (AttributeError)",
-    "labkit.parallel.tensor_parallel:split_rows":
-        "unchecked: tp (ZeroDivisionError), w (AttributeError)",
+    "labkit.parallel.tensor_parallel:split_columns": "unchecked: w (IndexError)",
+    "labkit.parallel.tensor_parallel:split_rows": "unchecked: w (IndexError)",
     # labkit.parallel.zero
     "labkit.parallel.zero:zero_table": "unchecked: dp (MemoryError)",
     # labkit.perf.layers
@@ -187,19 +176,14 @@ KNOWN: dict[str, str] = {
     # labkit.perf.simplenet
     "labkit.perf.simplenet:simplenet_counts": "unchecked: input_requires_grad",
     # labkit.perf.virtual
-    "labkit.perf.virtual:device_costs": "unchecked: base_s, n (MemoryError), seed",
+    "labkit.perf.virtual:device_costs": "unchecked: base_s",
     "labkit.perf.virtual:draw_interleaved_spec":
         "unchecked: names, repeats (OverflowError), rng (AttributeError), warmup "
         "(OverflowError)",
     # labkit.perf.widgets
     "labkit.perf.widgets:cnn_batch_widget": "unchecked: cpu_runs",
     # labkit.stats
-    "labkit.stats:bootstrap_ci": "unchecked: resamples (MemoryError), seed, statistic",
-    "labkit.stats:format_noise_rows": "unchecked: interferences, n (MemoryError), seed",
-    "labkit.stats:noise_estimates": "unchecked: n (MemoryError), seed",
-    "labkit.stats:noisy_samples": "unchecked: n (MemoryError), seed",
-    # labkit.timing
-    "labkit.timing:summarise": "unchecked: resamples (MemoryError), samples, seed",
+    "labkit.stats:format_noise_rows": "unchecked: interferences",
     # labkit.training.phases
     "labkit.training.phases:labkit_phase_costs": "unchecked: batch (MemoryError), seed, sizes",
     "labkit.training.phases:saved_beyond_labkit": "unchecked: batch (MemoryError), seed, sizes",
