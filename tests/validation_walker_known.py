@@ -68,8 +68,6 @@ KNOWN: dict[str, str] = {
     "labkit.check.ch10_runs:row_parallel_run": "unchecked: fn",
     # labkit.check.ch11
     "labkit.check.ch11:expected_lost_work": "unchecked: segment_s (OverflowError)",
-    # labkit.check.core
-    "labkit.check.core:stub": "unchecked: fn (AttributeError)",
     # labkit.check.record
     "labkit.check.record:load": "unchecked: path",
     # labkit.cluster.faults
@@ -98,8 +96,6 @@ KNOWN: dict[str, str] = {
     # labkit.compress.loss_scaling
     "labkit.compress.loss_scaling:simulate": "unchecked: steps (MemoryError)",
     # labkit.compress.model
-    "labkit.compress.model:fake_quant": "unchecked: symmetric",
-    "labkit.compress.model:qparams": "unchecked: symmetric",
     "labkit.compress.model:safe_log2_scales": "unchecked: high (OverflowError), low",
     # labkit.compress.widgets
     "labkit.compress.widgets:demo_gradients": "unchecked: n (MemoryError), seed",
@@ -108,10 +104,6 @@ KNOWN: dict[str, str] = {
     "labkit.course:chapter_map": "unchecked: notebooks",
     "labkit.course:seed_coverage_map": "unchecked: notebooks",
     # labkit.dataload.compare
-    "labkit.dataload.compare:format_agreement": "unchecked: rows (AttributeError)",
-    "labkit.dataload.compare:format_cpu_breakdown": "unchecked: rows (AttributeError)",
-    "labkit.dataload.compare:format_prefetch": "unchecked: rows (AttributeError)",
-    "labkit.dataload.compare:format_worker_rows": "unchecked: rows (AttributeError)",
     "labkit.dataload.compare:majority": "unchecked: values",
     # labkit.dataload.fake
     "labkit.dataload.fake:constant_spec": "unchecked: warmup (MemoryError), window (MemoryError)",
@@ -125,9 +117,6 @@ KNOWN: dict[str, str] = {
     "labkit.kernels.models:predict_ladder": "unchecked: gpu",
     # labkit.kernels.occupancy
     "labkit.kernels.occupancy:occupancy_sweep": "unchecked: block_sizes",
-    # labkit.kernels.ops
-    "labkit.kernels.ops:add_matrices": "unchecked: transposed",
-    "labkit.kernels.ops:fast_reduction_blocks": "unchecked: runner",
     # labkit.kernels.tensorcore
     "labkit.kernels.tensorcore:emulated_matmul": "unchecked: a, accumulate, b, inputs",
     "labkit.kernels.tensorcore:error_vs_k":
@@ -143,9 +132,6 @@ KNOWN: dict[str, str] = {
     "labkit.memory.report:compare_block_activations":
         "unchecked: batch (RuntimeError), counter, hidden (RuntimeError), seq "
         "(RuntimeError)",
-    "labkit.memory.report:format_checkpoint_table": "unchecked: rows (AttributeError)",
-    "labkit.memory.report:format_model_states": "unchecked: rows (AttributeError)",
-    "labkit.memory.report:model_state_rows": "unchecked: optimizers, precisions",
     # labkit.memory.scenarios
     "labkit.memory.scenarios:seed_monitor_example": "unchecked: device",
     # labkit.parallel.draw

@@ -19,7 +19,7 @@ from labkit.kernels.models import BLOCKED_2D
 from labkit.kernels.numba_run import run_numba
 from labkit.kernels.trace import GLOBAL, Trace
 from labkit.kernels.tracer import DEFAULT_BUDGET_S, run_traced
-from labkit.validate import array, ceil_div, function, integer, one_of, power_of_two
+from labkit.validate import array, boolean, ceil_div, function, integer, one_of, power_of_two
 
 RUNNERS = ("trace", "numba")
 
@@ -108,7 +108,7 @@ def add(a: Any, b: Any, *, runner: str = "trace", block: int = 32,
 def add_matrices(a: Any, b: Any, *, transposed: bool = False, runner: str = "trace",
                  block: tuple[int, int] = (16, 8)) -> Launch:
     """a + b for 2-D arrays; ``transposed`` maps threadIdx.x to rows (uncoalesced)."""
-    a, b = _f32(a, "a", 2), _f32(b, "b", 2)
+    a, b, transposed = _f32(a, "a", 2), _f32(b, "b", 2), boolean("transposed", transposed)
     if a.shape != b.shape:
         raise ValueError(f"a and b must have the same shape, got {a.shape} and {b.shape}")
     block = _block2(block)
@@ -202,7 +202,7 @@ def fast_reduction_blocks(n: int, block: int = 256, runner: str = "trace",
     of the current GPU (``runner="numba"`` on a real GPU), never more than it takes to give
     every thread ``per_thread`` elements; under the tracer and the simulator only the
     second rule applies (they have no SMs to fill)."""
-    n, block = integer("n", n, low=1), _block(block)
+    n, block, runner = integer("n", n, low=1), _block(block), one_of("runner", runner, RUNNERS)
     enough = max(1, ceil_div(n, block * integer("per_thread", per_thread, low=1)))
     if runner == "numba":
         if not on_simulator():
