@@ -11,8 +11,6 @@ KNOWN: dict[str, str] = {
     # labkit.autograd.compare
     "labkit.autograd.compare:format_rule_errors": "unchecked: rows (AttributeError)",
     "labkit.autograd.compare:two_layer_vs_torch": "unchecked: sizes",
-    # labkit.autograd.examples
-    "labkit.autograd.examples:layered_program": "unchecked: seed",
     # labkit.autograd.forward
     "labkit.autograd.forward:jacobian_forward": "unchecked: x",
     "labkit.autograd.forward:jacobian_reverse": "unchecked: fn, x",
@@ -97,9 +95,6 @@ KNOWN: dict[str, str] = {
     "labkit.compress.loss_scaling:simulate": "unchecked: steps (MemoryError)",
     # labkit.compress.model
     "labkit.compress.model:safe_log2_scales": "unchecked: high (OverflowError), low",
-    # labkit.compress.widgets
-    "labkit.compress.widgets:demo_gradients": "unchecked: n (MemoryError), seed",
-    "labkit.compress.widgets:demo_weights": "unchecked: seed",
     # labkit.course
     "labkit.course:chapter_map": "unchecked: notebooks",
     "labkit.course:seed_coverage_map": "unchecked: notebooks",
@@ -135,8 +130,7 @@ KNOWN: dict[str, str] = {
     # labkit.memory.scenarios
     "labkit.memory.scenarios:seed_monitor_example": "unchecked: device",
     # labkit.parallel.draw
-    "labkit.parallel.draw:demo_data":
-        "unchecked: per_rank (MemoryError), seed, world (MemoryError)",
+    "labkit.parallel.draw:demo_data": "unchecked: per_rank (MemoryError), world (MemoryError)",
     # labkit.parallel.moe
     "labkit.parallel.moe:lab_inputs":
         "unchecked: dim (MemoryError), experts_per_rank (MemoryError), hidden "
@@ -171,10 +165,10 @@ KNOWN: dict[str, str] = {
     # labkit.stats
     "labkit.stats:format_noise_rows": "unchecked: interferences",
     # labkit.training.phases
-    "labkit.training.phases:labkit_phase_costs": "unchecked: batch (MemoryError), seed, sizes",
-    "labkit.training.phases:saved_beyond_labkit": "unchecked: batch (MemoryError), seed, sizes",
-    "labkit.training.phases:torch_phase_costs": "unchecked: batch (MemoryError), seed, sizes",
-    "labkit.training.phases:torch_saved_tensors": "unchecked: batch (MemoryError), seed, sizes",
+    "labkit.training.phases:labkit_phase_costs": "unchecked: sizes",
+    "labkit.training.phases:saved_beyond_labkit": "unchecked: sizes",
+    "labkit.training.phases:torch_phase_costs": "unchecked: sizes",
+    "labkit.training.phases:torch_saved_tensors": "unchecked: sizes",
     # labkit.training.widgets
     "labkit.training.widgets:show_forgot_eval": "unchecked: p",
     # labkit.validate

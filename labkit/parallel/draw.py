@@ -287,7 +287,7 @@ def demo_data(world: int, per_rank: int | None = None, seed: int = 0) -> list[np
     """Small integer-valued float32 vectors, one per rank (for pictures and widgets)."""
     world = V.integer("world", world, low=1)
     n = 2 * world if per_rank is None else V.integer("per_rank", per_rank, low=1)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(V.integer("seed", seed, low=0))
     return [rng.integers(0, 10, size=n).astype(np.float32) for _ in range(world)]
 
 
