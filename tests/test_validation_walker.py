@@ -11,8 +11,9 @@ Accepted: the call returns (a bad-looking value may be valid there: ``seed=0``),
 ``ValueError``/``TypeError`` whose message names the parameter. Anything else is a finding:
 another exception type (deep inside: ``AttributeError``, ``KeyError``, ``IndexError``,
 ``ZeroDivisionError``, ``MemoryError``), a message that does not name the parameter, or a
-call running past :data:`HARD_S` (stopped by a signal alarm; over :data:`SLOW_S` is
-printed, never failed: a loaded machine must not decide a verdict). A finding nobody fixed
+call running past :data:`HARD_S` CPU seconds (stopped by ``SIGPROF``: a process-time
+alarm, so that a loaded machine does not move the verdict; the walk's Python runs its math
+libraries on one thread; over :data:`SLOW_S` is printed, never failed). A finding nobody fixed
 yet stands in :data:`KNOWN` with its reason; a new one fails the walk, and so does a
 :data:`KNOWN` entry that finds nothing any more (delete it).
 """
@@ -44,7 +45,7 @@ import labkit
 from validation_walker_known import KNOWN, OVERTIME
 
 TESTS = Path(__file__).resolve().parent
-HARD_S = 5.0      # a call still running after this is stopped and fails the walk
+HARD_S = 5.0      # a call still running after this many CPU seconds is stopped and fails the walk
 SLOW_S = 1.0      # a call over this is reported (printed), not failed
 BASE_S = 5.0      # the working call a function is walked from
 
@@ -233,27 +234,27 @@ def _same(a, b) -> bool:
 
 
 def call(fn: Callable, kwargs: dict, limit: float) -> tuple[BaseException | None, float]:
-    """``fn(**kwargs)`` under an alarm of ``limit`` seconds (a generator it returns is
-    drawn from, so that its checks run): the exception it raised (or None), and seconds."""
-    old = signal.signal(signal.SIGALRM, _alarm)
-    start = time.perf_counter()
+    """``fn(**kwargs)`` under an alarm of ``limit`` CPU seconds (a generator it returns is
+    drawn from, so that its checks run): the exception it raised (or None), and CPU seconds."""
+    old = signal.signal(signal.SIGPROF, _alarm)
+    start = time.process_time()
     try:
-        signal.setitimer(signal.ITIMER_REAL, limit, 0.25)   # again, should one be swallowed
+        signal.setitimer(signal.ITIMER_PROF, limit, 0.25)   # again, should one be swallowed
         try:
             out = fn(**kwargs)
             if isinstance(out, types.GeneratorType):
                 list(itertools.islice(out, 3))
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(signal.ITIMER_PROF, 0)
     except BaseException as exc:  # noqa: BLE001 — the walk judges every kind
         if isinstance(exc, KeyboardInterrupt):
             raise
-        return exc, time.perf_counter() - start
+        return exc, time.process_time() - start
     finally:
-        signal.signal(signal.SIGALRM, old)
+        signal.signal(signal.SIGPROF, old)
         if "matplotlib.pyplot" in sys.modules:
             sys.modules["matplotlib.pyplot"].close("all")
-    return None, time.perf_counter() - start
+    return None, time.process_time() - start
 
 
 def verdict(exc: BaseException | None, param: str) -> str | None:
@@ -351,7 +352,8 @@ def the_walk(tmp: str) -> Walk:
     code = (f"import sys; sys.path.insert(0, {str(TESTS)!r}); "
             f"import test_validation_walker as w; w.main({out!r})")
     env = dict(os.environ, PYTHONPATH=str(TESTS.parent),
-               MPLBACKEND="Agg", LABKIT_PROGRESS=os.path.join(tmp, "progress.json"))
+               MPLBACKEND="Agg", LABKIT_PROGRESS=os.path.join(tmp, "progress.json"),
+               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp, env=env, timeout=600,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
