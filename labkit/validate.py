@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -93,6 +95,13 @@ def function(name: str, value: Any) -> Any:
     if not callable(value):
         raise TypeError(f"{name} must be callable, got {type(value).__name__} {value!r}")
     return value
+
+
+def path(name: str, value: Any) -> Path:
+    """``value`` (a str or an ``os.PathLike``) as a :class:`~pathlib.Path`."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a path, got {type(value).__name__} {value!r}")
+    return Path(value)
 
 
 def one_of(name: str, value: Any, options: Iterable[Any]) -> Any:

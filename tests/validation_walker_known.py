@@ -66,8 +66,6 @@ KNOWN: dict[str, str] = {
     "labkit.check.ch10_runs:row_parallel_run": "unchecked: fn",
     # labkit.check.ch11
     "labkit.check.ch11:expected_lost_work": "unchecked: segment_s (OverflowError)",
-    # labkit.check.record
-    "labkit.check.record:load": "unchecked: path",
     # labkit.cluster.faults
     "labkit.cluster.faults:expected_lost_work": "unchecked: segment_s (OverflowError)",
     "labkit.cluster.faults:expected_overhead":
@@ -95,9 +93,6 @@ KNOWN: dict[str, str] = {
     "labkit.compress.loss_scaling:simulate": "unchecked: steps (MemoryError)",
     # labkit.compress.model
     "labkit.compress.model:safe_log2_scales": "unchecked: high (OverflowError), low",
-    # labkit.course
-    "labkit.course:chapter_map": "unchecked: notebooks",
-    "labkit.course:seed_coverage_map": "unchecked: notebooks",
     # labkit.dataload.compare
     "labkit.dataload.compare:majority": "unchecked: values",
     # labkit.dataload.fake
