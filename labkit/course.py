@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from labkit.validate import path
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -38,6 +40,7 @@ CHAPTERS = (
 
 def chapter_map(notebooks: Path = REPO / "notebooks") -> str:
     """Markdown table of the chapters, linking those whose notebook exists."""
+    notebooks = path("notebooks", notebooks)
     lines = ["| # | chapter | what you will do |", "|---|---|---|"]
     for ch in CHAPTERS:
         ready = (notebooks / ch.filename).exists()
@@ -137,6 +140,7 @@ def seed_coverage_map(notebooks: Path = REPO / "notebooks") -> str:
     """Markdown table: each seed item in :data:`SEED_COVERAGE` and the notebook cell that
     teaches it (linked when the notebook exists); seed-000 items not yet covered are listed
     as in preparation."""
+    notebooks = path("notebooks", notebooks)
     lines = ["| seed item | what it asks | where it is taught |", "|---|---|---|"]
     keys = sorted(set(SEED_COVERAGE) | set(SEED_000_ITEMS), key=_seed_key_order)
     for key in keys:

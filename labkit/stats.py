@@ -63,8 +63,9 @@ def bootstrap_ci(samples, statistic: Callable = np.median, *, level: float = 0.9
     if x.size < 2:
         raise ValueError(f"samples must hold at least 2 values, got {x.size}")
     level = v.number("level", level, low=0, high=1, low_open=True, high_open=True)
-    resamples = v.integer("resamples", resamples, low=100)
-    rng = np.random.default_rng(seed)
+    resamples = v.integer("resamples", resamples, low=100, high=10**6)
+    rng = np.random.default_rng(v.integer("seed", seed, low=0))
+    v.function("statistic", statistic)
     idx = rng.integers(0, x.size, size=(resamples, x.size))
     if statistic is np.median or statistic is np.mean:      # the same values, vectorised
         stats = statistic(x[idx], axis=1)
@@ -113,7 +114,7 @@ def noisy_samples(n: int, *, base: float = 1e-3, jitter: float = 0.02,
     log-normal jitter (σ = ``jitter``); with probability ``interference`` a neighbour's job
     steals the core and the run takes ``slowdown`` times longer. Used to show why the
     median and its interval survive noise that moves the mean."""
-    n = v.integer("n", n, low=1)
+    n, seed = v.integer("n", n, low=1, high=10**7), v.integer("seed", seed, low=0)
     base = v.positive("base", base)
     jitter = v.nonnegative("jitter", jitter)
     interference = v.fraction("interference", interference)

@@ -131,7 +131,7 @@ def summarise(samples, *, level: float = 0.95, resamples: int = 2000, seed: int 
     (:func:`labkit.stats.bootstrap_ci`: ``resamples`` resamples with replacement from
     ``default_rng(seed)``, the (1 - level)/2 and (1 + level)/2 percentiles of their medians).
     One sample has no spread: its interval is the sample itself."""
-    x = tuple(float(s) for s in samples)
+    x = tuple(float(s) for s in v.array("samples", samples, ndim=1, allow_empty=True))
     if not x:
         raise ValueError("samples must hold at least one timing")
     if len(x) == 1:
@@ -148,9 +148,9 @@ def _fmt_s(t: float) -> str:
 
 
 def _check_counts(repeats: int, warmup: int, number: int) -> None:
-    if repeats < 1 or number < 1 or warmup < 0:
-        raise ValueError(f"repeats and number must be >= 1 and warmup >= 0; got "
-                         f"repeats={repeats}, number={number}, warmup={warmup}")
+    v.integer("repeats", repeats, low=1)
+    v.integer("number", number, low=1)
+    v.integer("warmup", warmup, low=0)
 
 
 def _host_sample(fn: Callable[[], object], number: int,
@@ -196,6 +196,9 @@ def benchmark(fn: Callable[[], object], *, repeats: int = 7, warmup: int = 1, nu
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     device = v.one_of("device", device, ("cpu", "cuda"))
+    if sync is not None:
+        v.function("sync", sync)
+    v.integer("resamples", resamples, low=100, high=10**6), v.integer("seed", seed, low=0)
     if clock is None:
         clock, clock_name = time.perf_counter, "perf_counter"
     elif not callable(clock):

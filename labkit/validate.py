@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -88,6 +90,20 @@ def boolean(name: str, value: Any) -> bool:
     return bool(value)
 
 
+def function(name: str, value: Any) -> Any:
+    """``value`` if it can be called (a function, a kernel factory ``fn(cuda)``)."""
+    if not callable(value):
+        raise TypeError(f"{name} must be callable, got {type(value).__name__} {value!r}")
+    return value
+
+
+def path(name: str, value: Any) -> Path:
+    """``value`` (a str or an ``os.PathLike``) as a :class:`~pathlib.Path`."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a path, got {type(value).__name__} {value!r}")
+    return Path(value)
+
+
 def one_of(name: str, value: Any, options: Iterable[Any]) -> Any:
     """``value`` if it is one of ``options`` (compared with ==, types must match for str)."""
     options = tuple(options)
@@ -95,7 +111,7 @@ def one_of(name: str, value: Any, options: Iterable[Any]) -> Any:
         ok = value in options and any(type(value) is type(o) or
                                       (_is_real(value) and _is_real(o)) for o in options
                                       if o == value)
-    except TypeError:       # unhashable or incomparable
+    except (TypeError, ValueError):     # unhashable, incomparable, an array's truth value
         ok = False
     if not ok:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, options))}; got {value!r}")
@@ -167,6 +183,9 @@ def dims(name: str, value: Any, *, most: int = 3) -> tuple[int, ...]:
 def instances(name: str, values: Iterable[Any], kind: type, noun: str = "rows") -> list:
     """``values`` as a list, every item a ``kind`` (a table's rows): a ``TypeError``
     "``name`` must hold ``Kind`` ``noun``, got ``type``" otherwise."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be a list of {kind.__name__} {noun}, got "
+                        f"{type(values).__name__}")
     out = list(values)
     for item in out:
         if not isinstance(item, kind):

@@ -22,7 +22,7 @@ def layered_program(depth: int = 2, width: int = 4, seed: int = 0):
         raise ValueError(f"depth must be an integer in [1, 8], got {depth!r}")
     if not isinstance(width, (int, np.integer)) or not 1 <= width <= 64:
         raise ValueError(f"width must be an integer in [1, 64], got {width!r}")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(integer("seed", seed, low=0))
     ws = [Tensor(rng.normal(size=(width, width)) / np.sqrt(width)) for _ in range(depth)]
     ss = [Tensor(rng.uniform(0.5, 1.0, width)) for _ in range(depth)]
     bs = [Tensor(rng.normal(size=width) * 0.1) for _ in range(depth)]

@@ -133,6 +133,8 @@ def grad(fn, argnums: int | tuple[int, ...] = 0):
         integer("argnums", a, low=0)
 
     def grad_fn(*args):
+        for a in ((argnums,) if not isinstance(argnums, tuple) else argnums):
+            integer("argnums", a, low=0, high=len(args) - 1)
         ins = [Tensor(np.asarray(a), requires_grad=True) for a in args]
         out = fn(*ins)
         if out.data.size != 1:

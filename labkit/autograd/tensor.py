@@ -298,6 +298,8 @@ def topological_order(root: Tensor) -> list[Tensor]:
 
     Iterative depth-first search with an explicit stack (post-order), so depth is unlimited.
     """
+    if not isinstance(root, Tensor):
+        raise TypeError(f"root must be a Tensor, got {type(root).__name__}")
     order: list[Tensor] = []
     seen: set[int] = set()
     stack = [(root, False)]

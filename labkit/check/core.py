@@ -275,6 +275,8 @@ def _log(verdict: Verdict) -> None:
 
 def stub(fn: Callable) -> Callable:
     """Mark a function as not written yet (the generator's stubs raise NotImplementedError)."""
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     fn.__labkit_stub__ = True
     return fn
 

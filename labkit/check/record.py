@@ -9,6 +9,8 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from labkit import validate
+
 PROGRESS_ENV = "LABKIT_PROGRESS"
 
 
@@ -20,7 +22,7 @@ def progress_path() -> Path:
 
 def load(path: Path | None = None) -> dict[str, dict]:
     """The recorded verdicts by exercise id ({} when there is no file or it is unreadable)."""
-    path = progress_path() if path is None else Path(path)
+    path = progress_path() if path is None else validate.path("path", path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

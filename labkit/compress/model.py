@@ -63,7 +63,7 @@ def qparams(x, bits: int = 8, symmetric: bool = False, axis: int | None = None) 
     bits = V.integer("bits", bits, low=2, high=16)
     if axis is not None:
         axis = V.integer("axis", axis, low=-x.ndim, high=x.ndim - 1)
-    if symmetric:
+    if V.boolean("symmetric", symmetric):
         qmax = 2 ** (bits - 1) - 1
         qmin = -qmax
         amax = _reduce(np.abs(x), axis, np.max)

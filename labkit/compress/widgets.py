@@ -13,14 +13,15 @@ from labkit.show import show
 
 def demo_weights(seed: int = 0) -> np.ndarray:
     """A (16, 64) weight matrix whose rows have very different ranges (as real layers do)."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(V.integer("seed", seed, low=0))
     return rng.normal(size=(16, 64)) * np.geomspace(0.02, 1.0, 16)[:, None]
 
 
 def demo_gradients(seed: int = 0, n: int = 20000) -> np.ndarray:
     """Gradient magnitudes spread over many binades, centred near 2^-24 (fp16's
     smallest subnormal), as in Micikevicius et al. 2018, Fig. 3."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(V.integer("seed", seed, low=0))
+    n = V.integer("n", n, low=1, high=10**8)
     return rng.choice([-1.0, 1.0], size=n) * 2.0 ** rng.normal(-24, 5, size=n)
 
 

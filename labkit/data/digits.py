@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from labkit.validate import integer, number
+
 
 @dataclass(frozen=True)
 class Split:
@@ -16,8 +18,13 @@ class Split:
 
 def load_digits(test_fraction: float = 0.25, seed: int = 0, dtype=np.float32) -> Split:
     """A seeded, shuffled train/test split of the digits, pixels scaled from [0, 16] to [0, 1]."""
-    if not 0 < test_fraction < 1:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    test_fraction = number("test_fraction", test_fraction, low=0, high=1, low_open=True,
+                           high_open=True)
+    seed = integer("seed", seed, low=0)
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be a numpy dtype, got {dtype!r}") from None
     from sklearn.datasets import load_digits as _load  # deferred: sklearn
 
     d = _load()
@@ -31,8 +38,14 @@ def load_digits(test_fraction: float = 0.25, seed: int = 0, dtype=np.float32) ->
 
 def batches(n: int, batch_size: int, rng: np.random.Generator):
     """Shuffled index batches covering range(n) once (the last one may be short)."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    order = rng.permutation(n)
+    n = integer("n", n, low=0, high=10**9)
+    batch_size = integer("batch_size", batch_size, low=1)
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator, got {type(rng).__name__}")
+    return _batches(rng.permutation(n), batch_size)
+
+
+def _batches(order: np.ndarray, batch_size: int):
+    n = len(order)
     for i in range(0, n, batch_size):
         yield order[i:i + batch_size]

@@ -79,7 +79,7 @@ def format_agreement(rows: list[Agreement]) -> str:
     """One line per worker count: measured, predicted and bound (median and range over
     trials), measured / predicted with its range, and whether the ranges overlap."""
     out = []
-    for r in rows:
+    for r in V.instances("rows", rows, Agreement):
         flag = "ranges overlap" if r.agrees else "ranges apart"
         if r.above_bound:
             flag += ", MEASURED ABOVE THE BOUND"
@@ -244,7 +244,7 @@ def cpu_breakdown(measured: dict) -> list[CpuRow]:
 
 def format_cpu_breakdown(rows: list[CpuRow]) -> str:
     out = []
-    for r in rows:
+    for r in V.instances("rows", rows, CpuRow):
         others = "" if r.others_cores is None else \
             f"; other processes {r.others_cores.format('.2f')} cores"
         out.append(f"num_workers={r.workers}: {r.rate.format()} samples/s; our processes got "
@@ -291,6 +291,7 @@ def compare_workers(measured, config: PipelineConfig,
 
 
 def format_worker_rows(rows: list[WorkerRow]) -> str:
+    rows = V.instances("rows", rows, WorkerRow)
     return "\n".join(f"num_workers={r.workers}: measured {r.measured:7,.0f}  simulated "
                      f"{r.simulated:7,.0f}  bound {r.bound:7,.0f} samples/s   "
                      f"measured/simulated = {r.ratio:.2f}" for r in rows)
@@ -438,6 +439,7 @@ def prefetch_rows(config: PipelineConfig, workers: int, factors=(1, 2, 4),
 
 
 def format_prefetch(rows: list[PrefetchRow]) -> str:
+    rows = V.instances("rows", rows, PrefetchRow)
     return "  ".join(f"prefetch_factor={r.prefetch_factor}: {r.of_bound:.2f} of the bound"
                      for r in rows)
 

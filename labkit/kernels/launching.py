@@ -89,7 +89,7 @@ def fast_reduction_blocks(n: int, block: int = 256, runner: str = "trace",
     of the current GPU (``runner="numba"`` on a real GPU), never more than it takes to give
     every thread ``per_thread`` elements; under the tracer and the simulator only the
     second rule applies (they have no SMs to fill)."""
-    n, block = integer("n", n, low=1), one_block(block)
+    n, block, runner = integer("n", n, low=1), one_block(block), one_of("runner", runner, RUNNERS)
     enough = max(1, ceil_div(n, block * integer("per_thread", per_thread, low=1)))
     if runner == "numba":
         if not on_simulator():

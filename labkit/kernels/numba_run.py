@@ -23,7 +23,7 @@ import numpy as np
 
 from labkit._device import on_simulator
 from labkit.hardware import MAX_THREADS_PER_BLOCK
-from labkit.validate import dims
+from labkit.validate import dims, function
 
 _COMPILED: dict[Callable, Any] = {}
 _LOCK = threading.Lock()
@@ -108,6 +108,7 @@ def run_numba(kernel_fn: Callable, griddim: Any, blockdim: Any, *args: Any) -> N
     """
     from numba import cuda  # deferred: numba
 
+    function("kernel_fn", kernel_fn)
     grid, block = _dims(griddim, "griddim"), _dims(blockdim, "blockdim")
     if int(np.prod(block)) > MAX_THREADS_PER_BLOCK:
         raise ValueError(f"blockdim has {int(np.prod(block))} threads; a block holds at "

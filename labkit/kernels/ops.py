@@ -22,12 +22,13 @@ from labkit.kernels.registry import (ATTENTION, KERNELS, MATMUL, REDUCTION, SOFT
                                      TRANSPOSE, lookup, names)
 from labkit.kernels.trace import GLOBAL, Trace
 from labkit.kernels.tracer import DEFAULT_BUDGET_S, run_traced
-from labkit.validate import integer, one_of, power_of_two
+from labkit.validate import boolean, function, integer, one_of, power_of_two
 
 
 def elementwise(kernel_fn: Callable, *inputs: Any, runner: str = "trace",
                 block: int = 32, budget_s: float | None = DEFAULT_BUDGET_S) -> Launch:
     """Launch a 1-D elementwise kernel ``kernel(*inputs, out)`` over out.size threads."""
+    function("kernel_fn", kernel_fn)
     block = _block(block)
     if not inputs:
         raise ValueError("elementwise needs at least one input array")
@@ -50,7 +51,7 @@ def add(a: Any, b: Any, *, runner: str = "trace", block: int = 32,
 def add_matrices(a: Any, b: Any, *, transposed: bool = False, runner: str = "trace",
                  block: tuple[int, int] = (16, 8)) -> Launch:
     """a + b for 2-D arrays; ``transposed`` maps threadIdx.x to rows (uncoalesced)."""
-    a, b = _f32(a, "a", 2), _f32(b, "b", 2)
+    a, b, transposed = _f32(a, "a", 2), _f32(b, "b", 2), boolean("transposed", transposed)
     if a.shape != b.shape:
         raise ValueError(f"a and b must have the same shape, got {a.shape} and {b.shape}")
     block = _block2(block)

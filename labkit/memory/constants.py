@@ -14,6 +14,8 @@ From ``c10/core/AllocatorConfig.cpp``: ``kRoundUpPowerOfTwoIntervals = 16`` inte
 (sizes below 1 MiB use the first interval, sizes of 32 GiB and more the last);
 ``max_split_size_mb`` must be ``>= kLargeBuffer / kMB = 20``.
 """
+from labkit.validate import number
+
 KiB = 1024
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -41,7 +43,7 @@ SEGMENT_ALIGN = 2 * MiB
 
 def format_size(nbytes: float) -> str:
     """Bytes as PyTorch's ``format_size`` prints them (B, KiB, MiB, GiB)."""
-    n = float(nbytes)
+    n = number("nbytes", nbytes)
     if abs(n) < KiB:
         return f"{int(n)} bytes"
     if abs(n) < MiB:

@@ -155,7 +155,11 @@ def sqrt_checkpoint_segments(num_layers: int) -> int:
     layers (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost"): memory ∝
     k + n/k, smallest at k = √n; returns the best integer k."""
     n = _check_int("num_layers", num_layers, 1)
-    return min(range(1, n + 1), key=lambda k: (checkpoint_memory_units(n, k), k))
+    # k + ceil(n/k) >= k + n/k: every k as good as a candidate's m lies where k² - m k + n <= 0
+    m = min(checkpoint_memory_units(n, k) for k in {1, math.isqrt(n), min(n, math.isqrt(n) + 1)})
+    root = math.sqrt(max(m * m - 4 * n, 0))
+    low, high = max(1, int((m - root) / 2) - 1), min(n, int((m + root) / 2) + 2)
+    return min(range(low, high + 1), key=lambda k: (checkpoint_memory_units(n, k), k))
 
 
 def checkpoint_memory_units(num_layers: int, segments: int) -> int:

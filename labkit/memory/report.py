@@ -25,7 +25,7 @@ from labkit.memory.estimator import (
     checkpoint_memory_units, model_state_bytes,
 )
 from labkit.memory.measure import ExtraTerms
-from labkit.validate import integer
+from labkit.validate import instances, integer, one_of
 
 
 @dataclass(frozen=True)
@@ -45,11 +45,16 @@ def model_state_rows(num_params: int, precisions=PRECISIONS,
     """One row per (precision, optimizer), without ZeRO: 4+4+{0,4,8} bytes per parameter in
     fp32, 2+2+{4,8,12} in mixed precision (fp32 master weights and states; ZeRO §3.1)."""
     psi = integer("num_params", num_params, low=1)
+    precisions = [one_of("precisions", p, PRECISIONS)
+                  for p in instances("precisions", precisions, str, "names")]
+    optimizers = [one_of("optimizers", o, OPTIMIZERS)
+                  for o in instances("optimizers", optimizers, str, "names")]
     return [StateRow(p, o, psi, model_state_bytes(psi, p, o).total)
             for p in precisions for o in optimizers]
 
 
 def format_model_states(rows: list[StateRow]) -> str:
+    rows = instances("rows", rows, StateRow)
     return "\n".join(f"{r.precision:5s} {r.optimizer:8s}: {r.bytes_per_param:4.0f} bytes/parameter, "
                      f"{r.total / 1e9:.2f} GB" for r in rows)
 
@@ -157,6 +162,7 @@ def checkpoint_table(results, num_blocks: int | None = None) -> list[CheckpointR
 
 
 def format_checkpoint_table(rows: list[CheckpointRow]) -> str:
+    rows = instances("rows", rows, CheckpointRow)
     return "\n".join(f"segments {r.segments if r.segments else 'none':>4}: peak "
                      f"{format_size(r.peak_bytes):>10s} ({r.peak_ratio:.0%}"
                      + ("" if r.model_ratio is None else f"; k + n/k predicts {r.model_ratio:.0%}")

@@ -222,15 +222,15 @@ def load_snapshot(source, device: int = 0) -> Snapshot:
     if isinstance(source, (str, Path)):
         path = Path(source)
         if not path.is_file():
-            raise ValueError(f"snapshot file {str(path)!r} does not exist")
+            raise ValueError(f"source: snapshot file {str(path)!r} does not exist")
         data = pickle.loads(path.read_bytes())
     elif isinstance(source, (bytes, bytearray)):
         data = pickle.loads(bytes(source))
     else:
         data = source
     if not isinstance(data, dict) or "segments" not in data:
-        raise ValueError("not a PyTorch memory snapshot: expected a dict with 'segments' "
-                         "(and 'device_traces')")
+        raise ValueError("source is not a PyTorch memory snapshot: expected a dict with "
+                         "'segments' (and 'device_traces')")
     segments = []
     for seg in data["segments"]:
         if seg.get("device", 0) != device:

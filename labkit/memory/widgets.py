@@ -15,6 +15,7 @@ from labkit.memory.plots import plot_kv_cache, plot_model_state, plot_recompute_
 from labkit.memory.plots import plot_segment_map
 from labkit.memory.scenarios import request_walkthrough
 from labkit.show import show as _show
+from labkit.validate import integer, number
 
 MAX_SPLIT_CHOICES = ("unset", "20", "64", "128")
 BLOCK_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -61,6 +62,7 @@ def walkthrough_widget(first_mb: float = 30.0, second_mb: float = 3.0, then_mb: 
 
 
 def show_budget(log10_params: float, precision: str, optimizer: str, zero_stage: int, dp: int):
+    log10_params = number("log10_params", log10_params, low=0, high=15)
     n = int(round(10 ** log10_params))
     st = model_state_bytes(n, precision, optimizer, zero_stage, dp)
     print(f"{n:,} parameters: total {format_size(st.total)} per GPU "
@@ -85,6 +87,8 @@ def budget_widget(log10_params: float = 8.0, precision: str = "fp32", optimizer:
 
 def show_activations(seq: int, hidden: int, heads: int, batch: int, tp: int,
                      sequence_parallel: bool):
+    hidden, heads = integer("hidden", hidden, low=1), integer("heads", heads, low=1)
+    tp = integer("tp", tp, low=1)
     if hidden % heads:
         print(f"hidden ({hidden}) must be a multiple of heads ({heads})")
         return

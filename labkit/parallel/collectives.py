@@ -457,6 +457,8 @@ def coverage(run: CollectiveRun) -> np.ndarray:
     Returns an int array of shape ``(steps + 1, world, nchunks)``, computed from the log
     alone (sets of contributing ranks, updated step by step), so it can be animated.
     """
+    if not isinstance(run, CollectiveRun):
+        raise TypeError(f"run must be a CollectiveRun, got {type(run).__name__}")
     p = run.world
     n = len(run.chunk_bounds) - 1
     if run.op == "broadcast":

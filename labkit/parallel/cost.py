@@ -69,7 +69,7 @@ def _check(op: str, algorithm: str, nbytes: float, world: int) -> tuple[float, i
 
 
 def ceil_log2(p: int) -> int:
-    return (int(p) - 1).bit_length()
+    return (V.integer("p", p, low=1) - 1).bit_length()
 
 
 def cost_terms(op: str, algorithm: str, nbytes: float, world: int) -> CostTerms:

@@ -139,7 +139,8 @@ class CostCurves:
 def cost_curves(op: str, world: int, nbytes: Sequence[float], *, alpha: float, beta: float,
                 gamma: float = 0.0) -> CostCurves:
     """collective_time for every algorithm of ``op`` (that supports ``world``) at each size."""
-    sizes = np.asarray(nbytes, dtype=float)
+    V.one_of("op", op, ALGORITHMS)
+    sizes = V.array("nbytes", nbytes, ndim=1)
     out = {}
     for alg in ALGORITHMS[op]:
         if (op, alg) in POW2_ONLY and world & (world - 1):
@@ -286,7 +287,7 @@ def demo_data(world: int, per_rank: int | None = None, seed: int = 0) -> list[np
     """Small integer-valued float32 vectors, one per rank (for pictures and widgets)."""
     world = V.integer("world", world, low=1)
     n = 2 * world if per_rank is None else V.integer("per_rank", per_rank, low=1)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(V.integer("seed", seed, low=0))
     return [rng.integers(0, 10, size=n).astype(np.float32) for _ in range(world)]
 
 

@@ -81,11 +81,13 @@ def _check_tp(tp, **dims):
 
 
 def split_columns(w: np.ndarray, tp: int) -> list[np.ndarray]:
-    return np.split(w, tp, axis=-1)
+    w = V.array("w", w, dtype=None)
+    return np.split(w, _check_tp(tp, columns=w.shape[-1]), axis=-1)
 
 
 def split_rows(w: np.ndarray, tp: int) -> list[np.ndarray]:
-    return np.split(w, tp, axis=0)
+    w = V.array("w", w, dtype=None)
+    return np.split(w, _check_tp(tp, rows=w.shape[0]), axis=0)
 
 
 def column_parallel_linear(x, w, b=None, tp: int = 2) -> TPResult:
@@ -237,6 +239,7 @@ def sequence_parallel_mlp(x, gamma, beta, w1, b1, w2, b2, tp: int = 2) -> TPResu
 
 def ring_allreduce_bytes(nbytes: int, tp: int) -> float:
     """Paper count for one ring all-reduce: 2(t-1)/t · n bytes sent per rank."""
+    tp, nbytes = _check_tp(tp), V.nonnegative("nbytes", nbytes)
     return 2 * (tp - 1) / tp * nbytes
 
 
@@ -245,6 +248,11 @@ def layer_comm_bytes(seq: int, batch: int, hidden: int, tp: int, bytes_per_eleme
     """Bytes one rank sends per transformer layer per micro-batch (Shoeybi §3: 2 all-reduces
     forward + 2 backward of the s·b·h activation; Korthikanti §4.2.2: sequence parallelism
     replaces each by all-gather + reduce-scatter, (t-1)/t + (t-1)/t = the same volume)."""
+    seq, batch = V.integer("seq", seq, low=1), V.integer("batch", batch, low=1)
+    hidden = V.integer("hidden", hidden, low=1)
+    bytes_per_element = V.integer("bytes_per_element", bytes_per_element, low=1)
+    backward = V.boolean("backward", backward)
+    V.boolean("sequence_parallel", sequence_parallel)
     n = seq * batch * hidden * bytes_per_element
     ops = 4 if backward else 2
     return ops * ring_allreduce_bytes(n, tp)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from labkit.validate import instances, positive
+
 
 @dataclass(frozen=True)
 class Row:
@@ -17,6 +19,12 @@ class Row:
     baseline_name: str = ""
     unit: str = "s"
     goal: str = ""
+
+    def __post_init__(self):
+        if self.unit == "s":        # a time: the ratio divides by it
+            positive("labkit", self.labkit)
+            if self.baseline is not None:
+                positive("baseline", self.baseline)
 
     @property
     def ratio(self) -> float | None:
@@ -37,6 +45,7 @@ def _fmt(value: float | None, unit: str) -> str:
 
 
 def format_table(rows: list[Row]) -> str:
+    rows = instances("rows", rows, Row)
     header = ("benchmark", "labkit", "baseline", "vs", "speed ratio", "goal")
     body = [(r.name, _fmt(r.labkit, r.unit), _fmt(r.baseline, "s" if r.unit == "s" else r.unit),
              r.baseline_name, "-" if r.ratio is None else f"{r.ratio:.2f}x", r.goal)

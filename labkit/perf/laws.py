@@ -69,7 +69,7 @@ class AmdahlCurve:
 
 def amdahl_curve(parallel_fraction: float, max_workers: int = 1024) -> AmdahlCurve:
     """Speedup for 1, 2, 4, ... up to ``max_workers`` workers."""
-    if not 1 <= max_workers <= 1 << 20:
-        raise ValueError(f"max_workers must be in [1, 1048576], got {max_workers}")
+    validate.fraction("parallel_fraction", parallel_fraction)
+    max_workers = validate.integer("max_workers", max_workers, low=1, high=1 << 20)
     n = 2 ** np.arange(int(np.log2(max_workers)) + 1)
     return AmdahlCurve(float(parallel_fraction), n, amdahl_speedup(parallel_fraction, n))

@@ -15,6 +15,7 @@ from labkit.autograd.nn import mlp
 from labkit.memory.measure import saved_tensor_bytes
 from labkit.perf.metrics import parameter_bytes
 from labkit.torch_models import torch_mlp
+from labkit.validate import integer
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,8 @@ def _check(sizes, batch):
 
 
 def _data(sizes, batch, seed):
-    rng = np.random.default_rng(seed)
+    batch = integer("batch", batch, low=1, high=1 << 20)
+    rng = np.random.default_rng(integer("seed", seed, low=0))
     return (rng.normal(size=(batch, sizes[0])).astype(np.float32),
             rng.integers(0, sizes[-1], batch))
 
