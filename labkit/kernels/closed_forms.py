@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.validate import ceil_div as cdiv
+from labkit.validate import ceil_div as cdiv, integer
 
 FLOAT_BYTES = 4
 
@@ -217,6 +217,7 @@ def tree_traffic(n: int, block: int, blocks: int | None = None) -> ReductionTraf
     """interleaved / strided / shared tree (blocks = ceil(n/B)): per block B shared writes
     to fill, then B-1 adds (2 reads, 1 write each) and one read of the total: 2B-1 reads
     and 2B-1 writes; one global write per block."""
+    n, block = integer("n", n, low=1), integer("block", block, low=1)
     blocks = cdiv(n, block)
     return ReductionTraffic(n, blocks, 0, blocks * (2 * block - 1), blocks * (2 * block - 1))
 
