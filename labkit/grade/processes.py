@@ -103,12 +103,12 @@ def installed_files() -> dict[str, tuple[int, int]]:
     """(size, mtime) of every file of labkit and of the installed packages: a submission
     that rewrites one of them while it is graded is caught by comparing before and after.
     (Not the standard library's 34,000 files: reading them too doubles the 0.3 s a reading
-    takes, and it is read after each notebook when grading one at a time.)"""
+    takes, and it is read after each notebook when grading one at a time. The bytecode
+    caches are not entered at all: listing them took 0.2 of 0.48 s.)"""
     out: dict[str, tuple[int, int]] = {}
     for root in installed_roots(stdlib=False):
-        for dirpath, _, files in os.walk(root):
-            if "__pycache__" in dirpath:
-                continue
+        for dirpath, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
             for f in files:
                 if f.endswith((".pyc", ".pyo")):
                     continue
