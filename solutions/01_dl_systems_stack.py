@@ -383,7 +383,7 @@ guess = "memory-bound"
 predict("1.simplenet_bound", guess, "SimpleNet step on the H100 (fp32)",
         choices=["memory-bound", "compute-bound"])
 
-# %% id="cell-026"
+# %% id="cell-026" tags=["browser-test"]
 widgets.roofline_widget(roof_here)
 
 # %% id="cell-027"
@@ -674,7 +674,7 @@ guess = 256
 ### END SOLUTION
 predict("1.launch_batch", guess, "batch where host time costs half the throughput")
 
-# %% id="cell-041" tags=["browser-test"]
+# %% id="cell-041"
 widgets.cnn_batch_widget(cpu_runs)
 
 # %% id="cell-042"

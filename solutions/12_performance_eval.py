@@ -243,7 +243,7 @@ guess = "median"
 predict("12.noise", guess, "which estimate survives 30 % interference",
         choices=["mean", "median", "both"])
 
-# %% id="cell-006"
+# %% id="cell-006" tags=["browser-test"]
 widgets.noise_widget()
 
 # %% id="cell-007"
@@ -650,7 +650,7 @@ guess = "int8 dynamic"
 predict("12.edge", guess, "variant that fits 30 kB and 1 ms on a 10× slower device",
         choices=["fp32 eager", "int8 dynamic", "fp32 ONNX Runtime", "none"])
 
-# %% id="cell-039" tags=["browser-test"]
+# %% id="cell-039"
 widgets.deploy_widget(variants)
 
 # %% id="cell-040"
