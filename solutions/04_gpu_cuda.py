@@ -178,7 +178,7 @@ print("tracer == numba:", np.array_equal(by_tracer, by_numba),
 # arrays are row-major, so consecutive *columns* are consecutive addresses. Section 5 shows
 # why that matters.
 #
-# ### Exercise 4.2 — 2-D indexing (roughly 4 lines)
+# ### Exercise 4.2 — 2-D indexing (roughly 3 lines)
 #
 # Write `add_2d`: `out[r, c] = a[r, c] + b[r, c]`. The check launches it with blocks of
 # (16, 8) threads and a grid of `(ceil(cols / 16), ceil(rows / 8))` blocks, on shapes that
@@ -202,7 +202,7 @@ check("4.2", add_2d)
 
 
 # %% [markdown] id="cell-018"
-# ### Exercise 4.3 — broadcasting (roughly 4 lines)
+# ### Exercise 4.3 — broadcasting (roughly 3 lines)
 #
 # Numpy's `col[:, None] + row[None, :]` makes a matrix from a column and a row. Write
 # `broadcast_add(cuda)` whose body `kernel(col, row, out)` computes `out[r, c] = col[r] +
@@ -338,7 +338,7 @@ for stride in (1, 2, 32, 33):
     print(f"stride {stride:2d}: {summarize(trace).max_conflict_ways}-way")
 
 # %% [markdown] id="cell-033"
-# ### Exercise 4.4 — a 1-D convolution through shared memory (roughly 14 lines)
+# ### Exercise 4.4 — a 1-D convolution through shared memory (roughly 13 lines)
 #
 # `out[i] = sum_k w[k] * a[i + k - RADIUS]` for `k = 0 .. 2*RADIUS`, with `a` taken as 0
 # outside its bounds. Reading the `2*RADIUS + 1` neighbours straight from global memory reads
@@ -392,7 +392,7 @@ fig = plots.plot_access_map(shared_trace, "a", op=READ, by="block")
 plt.show()
 
 # %% [markdown] id="ex-4-5-md"
-# ### Exercise 4.5 — a transpose through padded shared memory (roughly 12 lines)
+# ### Exercise 4.5 — a transpose through padded shared memory (roughly 11 lines)
 #
 # `out = a.T` looks like pure copying, yet a direct kernel is slow: if a warp reads a row of
 # `a` (coalesced), it writes a *column* of `out` — 32 different rows, 32 sectors. The cure
@@ -458,7 +458,7 @@ for variant in KERNELS[TRANSPOSE]:
 # race with the plain write that zeroes the copy and the plain read that copies it out,
 # which is what the two barriers are for.
 #
-# ### Exercise 4.7 — a privatized histogram (roughly 13 lines)
+# ### Exercise 4.7 — a privatized histogram (roughly 11 lines)
 #
 # Write `histogram(cuda)`: `kernel(a, counts)` adds to `counts[b]` the number of elements
 # of `a` (int32 values in `[0, BINS)`) equal to `b`; `counts` starts at 0. The check
@@ -549,10 +549,8 @@ def blur(cuda):
         left = cuda.blockIdx.x * BX - 1
         for e in range(ty * BX + tx, HALO_ROWS * HALO_COLS, BX * BY):
             y, x = e // HALO_COLS, e % HALO_COLS
-            if 0 <= top + y < img.shape[0] and 0 <= left + x < img.shape[1]:
-                tile[y, x] = img[top + y, left + x]
-            else:
-                tile[y, x] = 0.0
+            inside = 0 <= top + y < img.shape[0] and 0 <= left + x < img.shape[1]
+            tile[y, x] = img[top + y, left + x] if inside else 0.0
         cuda.syncthreads()
         r = top + 1 + ty
         c = left + 1 + tx

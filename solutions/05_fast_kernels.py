@@ -122,7 +122,7 @@ trees = {v: summaries[v].simt_efficiency for v in ("interleaved", "strided", "sh
 reveal("5.simt", min(trees, key=trees.get));
 
 # %% [markdown] id="cell-008"
-# ### Exercise 5.1 — a block reduction (roughly 12 lines)
+# ### Exercise 5.1 — a block reduction (roughly 17 lines)
 #
 # Write `reduce_block`: each block of `BLOCK` threads loads its elements into
 # `cuda.shared.array(BLOCK, cuda.float32)` (0 past the end of `a`), reduces them with the
@@ -235,7 +235,7 @@ print(f"{len(scan.traces)} launches; block-scan pass: {first.shared_reads} share
 
 
 # %% [markdown] id="ex-5-5-md"
-# ### Exercise 5.5 — an inclusive block scan (roughly 14 lines)
+# ### Exercise 5.5 — an inclusive block scan (roughly 16 lines)
 #
 # Write `scan_block`: block `b` scans its `BLOCK` elements of `a` into `out` (0 past the end
 # of `a`) and writes its total to `sums[b]`. Use the step-doubling idea above in shared
@@ -523,7 +523,7 @@ else:
 # to `m'`, the sum so far is rescaled by `exp(m - m')`. Max and sum then take one pass —
 # the same trick FlashAttention uses to fuse attention.
 #
-# ### Exercise 5.3 — online softmax, one thread per row (roughly 12 lines)
+# ### Exercise 5.3 — online softmax, one thread per row (roughly 13 lines)
 #
 # Thread `r` handles row `r` (guard `r < x.shape[0]`). Budget: each element of `x` read at
 # most twice, and every access counts: no thread making more than 1.5× the memory accesses
@@ -565,7 +565,7 @@ for name, fn in (("three-pass", lib.softmax_rows_naive), ("online", softmax_onli
           f"rows sum to 1: {np.allclose(out.sum(axis=1), 1, atol=1e-5)}")
 
 # %% [markdown] id="ex-5-7-md"
-# ### Exercise 5.7 — the lab: online softmax with one warp per row (roughly 24 lines)
+# ### Exercise 5.7 — the lab: online softmax with one warp per row (roughly 20 lines)
 #
 # One thread per row (exercise 5.3) makes every warp access touch 32 different rows: up to
 # 32 sectors per request where 4 would do. Give each row a **warp** instead: lane `L` takes
@@ -653,7 +653,7 @@ reveal("5.warp", rows[0].total_sectors / rows[1].total_sectors);
 # algorithm makes Θ(N d + N²) accesses to HBM, FlashAttention Θ(N² d² / M) for an on-chip
 # memory of M elements.
 #
-# ### Exercise 5.8 — the lab: a fused attention forward (roughly 40 lines)
+# ### Exercise 5.8 — the lab: a fused attention forward (roughly 41 lines)
 #
 # One head, `d = HEAD_DIM` = 8; blocks of `(HEAD_DIM, ATT_ROWS)` = (8, 8) threads, one block
 # per 8 query rows; thread `(x, y)` owns the output element `o[i, x]` of row
