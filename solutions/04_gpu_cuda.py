@@ -147,7 +147,7 @@ plt.show()
 def add_ten(cuda):
     def kernel(a, out):
         ### BEGIN SOLUTION
-        i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        i = cuda.grid(1)        # numba's blockIdx.x * blockDim.x + threadIdx.x
         if i < out.size:
             out[i] = a[i] + 10
         ### END SOLUTION
@@ -178,7 +178,7 @@ print("tracer == numba:", np.array_equal(by_tracer, by_numba),
 # arrays are row-major, so consecutive *columns* are consecutive addresses. Section 5 shows
 # why that matters.
 #
-# ### Exercise 4.2 — 2-D indexing (roughly 4 lines)
+# ### Exercise 4.2 — 2-D indexing (roughly 3 lines)
 #
 # Write `add_2d`: `out[r, c] = a[r, c] + b[r, c]`. The check launches it with blocks of
 # (16, 8) threads and a grid of `(ceil(cols / 16), ceil(rows / 8))` blocks, on shapes that
@@ -190,8 +190,7 @@ print("tracer == numba:", np.array_equal(by_tracer, by_numba),
 def add_2d(cuda):
     def kernel(a, b, out):
         ### BEGIN SOLUTION
-        c = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-        r = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
+        c, r = cuda.grid(2)     # (x, y) = (column, row): threadIdx.x walks the columns
         if r < out.shape[0] and c < out.shape[1]:
             out[r, c] = a[r, c] + b[r, c]
         ### END SOLUTION
@@ -203,7 +202,7 @@ check("4.2", add_2d)
 
 
 # %% [markdown] id="cell-018"
-# ### Exercise 4.3 — broadcasting (roughly 4 lines)
+# ### Exercise 4.3 — broadcasting (roughly 3 lines)
 #
 # Numpy's `col[:, None] + row[None, :]` makes a matrix from a column and a row. Write
 # `broadcast_add(cuda)` whose body `kernel(col, row, out)` computes `out[r, c] = col[r] +
@@ -213,8 +212,7 @@ check("4.2", add_2d)
 def broadcast_add(cuda):
     def kernel(col, row, out):
         ### BEGIN SOLUTION
-        c = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-        r = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
+        c, r = cuda.grid(2)
         if r < out.shape[0] and c < out.shape[1]:
             out[r, c] = col[r] + row[c]
         ### END SOLUTION
@@ -340,7 +338,7 @@ for stride in (1, 2, 32, 33):
     print(f"stride {stride:2d}: {summarize(trace).max_conflict_ways}-way")
 
 # %% [markdown] id="cell-033"
-# ### Exercise 4.4 — a 1-D convolution through shared memory (roughly 14 lines)
+# ### Exercise 4.4 — a 1-D convolution through shared memory (roughly 13 lines)
 #
 # `out[i] = sum_k w[k] * a[i + k - RADIUS]` for `k = 0 .. 2*RADIUS`, with `a` taken as 0
 # outside its bounds. Reading the `2*RADIUS + 1` neighbours straight from global memory reads
@@ -363,18 +361,16 @@ def conv1d_shared(cuda):
         ### BEGIN SOLUTION
         tile = cuda.shared.array(HALO_TILE, cuda.float32)
         t = cuda.threadIdx.x
-        i = cuda.blockIdx.x * BLOCK + t
-        tile[t + RADIUS] = a[i] if i < a.size else 0.0
-        if t < RADIUS:
-            left = i - RADIUS
-            tile[t] = a[left] if left >= 0 else 0.0
-            right = i + BLOCK
-            tile[t + BLOCK + RADIUS] = a[right] if right < a.size else 0.0
+        start = cuda.blockIdx.x * BLOCK - RADIUS     # the element of a in tile[0]
+        for e in range(t, HALO_TILE, BLOCK):         # the block's tile and halo, BLOCK at a time
+            j = start + e
+            tile[e] = a[j] if 0 <= j < a.size else 0.0
         cuda.syncthreads()
+        acc = 0.0                                    # the halo is zero-padded: no guard here
+        for k in range(2 * RADIUS + 1):
+            acc += w[k] * tile[t + k]
+        i = start + RADIUS + t
         if i < out.size:
-            acc = 0.0
-            for k in range(2 * RADIUS + 1):
-                acc += w[k] * tile[t + k]
             out[i] = acc
         ### END SOLUTION
     return kernel
@@ -396,7 +392,7 @@ fig = plots.plot_access_map(shared_trace, "a", op=READ, by="block")
 plt.show()
 
 # %% [markdown] id="ex-4-5-md"
-# ### Exercise 4.5 — a transpose through padded shared memory (roughly 12 lines)
+# ### Exercise 4.5 — a transpose through padded shared memory (roughly 11 lines)
 #
 # `out = a.T` looks like pure copying, yet a direct kernel is slow: if a warp reads a row of
 # `a` (coalesced), it writes a *column* of `out` — 32 different rows, 32 sectors. The cure
@@ -425,18 +421,15 @@ def transpose_tile(cuda):
         ### BEGIN SOLUTION
         tile = cuda.shared.array((TILE, TILE_PADDED), cuda.float32)
         tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
-        c = cuda.blockIdx.x * TILE + tx
-        for k in range(0, TILE, ROWS):
-            r = cuda.blockIdx.y * TILE + ty + k
-            if r < a.shape[0] and c < a.shape[1]:
-                tile[ty + k, tx] = a[r, c]
+        row0 = cuda.blockIdx.y * TILE     # the tile's first row of a: first column of out
+        col0 = cuda.blockIdx.x * TILE     # its first column of a: first row of out
+        for y in range(cuda.threadIdx.y, TILE, ROWS):
+            if row0 + y < a.shape[0] and col0 + tx < a.shape[1]:
+                tile[y, tx] = a[row0 + y, col0 + tx]
         cuda.syncthreads()
-        oc = cuda.blockIdx.y * TILE + tx
-        for k in range(0, TILE, ROWS):
-            orow = cuda.blockIdx.x * TILE + ty + k
-            if orow < out.shape[0] and oc < out.shape[1]:
-                out[orow, oc] = tile[tx, ty + k]
+        for y in range(cuda.threadIdx.y, TILE, ROWS):
+            if col0 + y < out.shape[0] and row0 + tx < out.shape[1]:
+                out[col0 + y, row0 + tx] = tile[tx, y]
         ### END SOLUTION
     return kernel
 
@@ -465,7 +458,7 @@ for variant in KERNELS[TRANSPOSE]:
 # race with the plain write that zeroes the copy and the plain read that copies it out,
 # which is what the two barriers are for.
 #
-# ### Exercise 4.7 — a privatized histogram (roughly 13 lines)
+# ### Exercise 4.7 — a privatized histogram (roughly 11 lines)
 #
 # Write `histogram(cuda)`: `kernel(a, counts)` adds to `counts[b]` the number of elements
 # of `a` (int32 values in `[0, BINS)`) equal to `b`; `counts` starts at 0. The check
@@ -485,17 +478,15 @@ def histogram(cuda):
         ### BEGIN SOLUTION
         hist = cuda.shared.array(BINS, cuda.int32)
         t = cuda.threadIdx.x
-        if t < BINS:
-            hist[t] = 0
+        for b in range(t, BINS, cuda.blockDim.x):    # any block size covers the bins
+            hist[b] = 0
         cuda.syncthreads()
-        i = cuda.blockIdx.x * cuda.blockDim.x + t
         step = cuda.gridDim.x * cuda.blockDim.x
-        while i < a.size:
+        for i in range(cuda.grid(1), a.size, step):
             cuda.atomic.add(hist, a[i], 1)
-            i += step
         cuda.syncthreads()
-        if t < BINS:
-            cuda.atomic.add(counts, t, hist[t])
+        for b in range(t, BINS, cuda.blockDim.x):
+            cuda.atomic.add(counts, b, hist[b])
         ### END SOLUTION
     return kernel
 
@@ -554,23 +545,19 @@ def blur(cuda):
         tile = cuda.shared.array((HALO_ROWS, HALO_COLS), cuda.float32)
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
-        r0 = cuda.blockIdx.y * BY - 1
-        c0 = cuda.blockIdx.x * BX - 1
-        e = ty * BX + tx
-        while e < HALO_ROWS * HALO_COLS:
-            rr = r0 + e // HALO_COLS
-            cc = c0 + e % HALO_COLS
-            inside = 0 <= rr < img.shape[0] and 0 <= cc < img.shape[1]
-            tile[e // HALO_COLS, e % HALO_COLS] = img[rr, cc] if inside else 0.0
-            e += BX * BY
+        top = cuda.blockIdx.y * BY - 1      # img's row and column of tile[0, 0]
+        left = cuda.blockIdx.x * BX - 1
+        for e in range(ty * BX + tx, HALO_ROWS * HALO_COLS, BX * BY):
+            y, x = e // HALO_COLS, e % HALO_COLS
+            inside = 0 <= top + y < img.shape[0] and 0 <= left + x < img.shape[1]
+            tile[y, x] = img[top + y, left + x] if inside else 0.0
         cuda.syncthreads()
-        r = r0 + 1 + ty
-        c = c0 + 1 + tx
+        r = top + 1 + ty
+        c = left + 1 + tx
         if r < out.shape[0] and c < out.shape[1]:
             acc = 0.0
-            for dr in range(3):
-                for dc in range(3):
-                    acc += tile[ty + dr, tx + dc]
+            for dr in range(3):             # tile row ty + dr: columns tx .. tx + 2
+                acc += tile[ty + dr, tx] + tile[ty + dr, tx + 1] + tile[ty + dr, tx + 2]
             out[r, c] = acc / 9.0
         ### END SOLUTION
     return kernel

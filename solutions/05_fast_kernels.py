@@ -122,7 +122,7 @@ trees = {v: summaries[v].simt_efficiency for v in ("interleaved", "strided", "sh
 reveal("5.simt", min(trees, key=trees.get));
 
 # %% [markdown] id="cell-008"
-# ### Exercise 5.1 — a block reduction (roughly 12 lines)
+# ### Exercise 5.1 — a block reduction (roughly 17 lines)
 #
 # Write `reduce_block`: each block of `BLOCK` threads loads its elements into
 # `cuda.shared.array(BLOCK, cuda.float32)` (0 past the end of `a`), reduces them with the
@@ -150,17 +150,21 @@ def reduce_block(cuda):
         ### BEGIN SOLUTION
         buf = cuda.shared.array(BLOCK, cuda.float32)
         t = cuda.threadIdx.x
-        i = cuda.blockIdx.x * BLOCK + t
+        i = cuda.grid(1)
         buf[t] = a[i] if i < a.size else 0.0
         cuda.syncthreads()
-        s = BLOCK // 2
-        while s > 0:
-            if t < s:
-                buf[t] += buf[t + s]
+        half = BLOCK // 2
+        while half >= 32:           # the sequential tree in shared memory, down to 32 values
+            if t < half:
+                buf[t] += buf[t + half]
             cuda.syncthreads()
-            s //= 2
-        if t == 0:
-            out[cuda.blockIdx.x] = buf[0]
+            half //= 2
+        if t < 32:                  # then warp 0 adds those 32 with shuffles, no barrier
+            v = buf[t]
+            for offset in (16, 8, 4, 2, 1):
+                v += cuda.shfl_down_sync(0xFFFFFFFF, v, offset)
+            if t == 0:
+                out[cuda.blockIdx.x] = v
         ### END SOLUTION
     return kernel
 
@@ -231,7 +235,7 @@ print(f"{len(scan.traces)} launches; block-scan pass: {first.shared_reads} share
 
 
 # %% [markdown] id="ex-5-5-md"
-# ### Exercise 5.5 — an inclusive block scan (roughly 14 lines)
+# ### Exercise 5.5 — an inclusive block scan (roughly 16 lines)
 #
 # Write `scan_block`: block `b` scans its `BLOCK` elements of `a` into `out` (0 past the end
 # of `a`) and writes its total to `sums[b]`. Use the step-doubling idea above in shared
@@ -245,25 +249,22 @@ print(f"{len(scan.traces)} launches; block-scan pass: {first.shared_reads} share
 def scan_block(cuda):
     def kernel(a, out, sums):
         ### BEGIN SOLUTION
-        buf = cuda.shared.array((2, BLOCK), cuda.float32)
+        buf = cuda.shared.array(BLOCK, cuda.float32)
         t = cuda.threadIdx.x
-        i = cuda.blockIdx.x * BLOCK + t
-        buf[0, t] = a[i] if i < a.size else 0.0
+        i = cuda.grid(1)
+        buf[t] = a[i] if i < a.size else 0.0
         cuda.syncthreads()
-        src = 0
         d = 1
         while d < BLOCK:
-            v = buf[src, t]
-            if t >= d:
-                v += buf[src, t - d]
-            buf[1 - src, t] = v
+            left = buf[t - d] if t >= d else 0.0   # every thread reads the old value ...
             cuda.syncthreads()
-            src = 1 - src
+            buf[t] += left                         # ... before any thread overwrites it
+            cuda.syncthreads()
             d *= 2
         if i < out.size:
-            out[i] = buf[src, t]
+            out[i] = buf[t]
         if t == BLOCK - 1:
-            sums[cuda.blockIdx.x] = buf[src, t]
+            sums[cuda.blockIdx.x] = buf[t]
         ### END SOLUTION
     return kernel
 
@@ -522,7 +523,7 @@ else:
 # to `m'`, the sum so far is rescaled by `exp(m - m')`. Max and sum then take one pass —
 # the same trick FlashAttention uses to fuse attention.
 #
-# ### Exercise 5.3 — online softmax, one thread per row (roughly 12 lines)
+# ### Exercise 5.3 — online softmax, one thread per row (roughly 13 lines)
 #
 # Thread `r` handles row `r` (guard `r < x.shape[0]`). Budget: each element of `x` read at
 # most twice, and every access counts: no thread making more than 1.5× the memory accesses
@@ -535,15 +536,17 @@ import math
 def softmax_online(cuda):
     def kernel(x, out):
         ### BEGIN SOLUTION
-        r = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        r = cuda.grid(1)
         if r < x.shape[0]:
-            m = -math.inf
-            d = 0.0
-            for c in range(x.shape[1]):
+            m = x[r, 0]             # the running max, and d = sum of exp(x - m) so far
+            d = 1.0
+            for c in range(1, x.shape[1]):
                 v = x[r, c]
-                m_new = max(m, v)
-                d = d * math.exp(m - m_new) + math.exp(v - m_new)
-                m = m_new
+                if v > m:           # a new max: rescale the sum once, one exp per element
+                    d = d * math.exp(m - v) + 1.0
+                    m = v
+                else:
+                    d += math.exp(v - m)
             for c in range(x.shape[1]):
                 out[r, c] = math.exp(x[r, c] - m) / d
         ### END SOLUTION
@@ -562,7 +565,7 @@ for name, fn in (("three-pass", lib.softmax_rows_naive), ("online", softmax_onli
           f"rows sum to 1: {np.allclose(out.sum(axis=1), 1, atol=1e-5)}")
 
 # %% [markdown] id="ex-5-7-md"
-# ### Exercise 5.7 — the lab: online softmax with one warp per row (roughly 24 lines)
+# ### Exercise 5.7 — the lab: online softmax with one warp per row (roughly 20 lines)
 #
 # One thread per row (exercise 5.3) makes every warp access touch 32 different rows: up to
 # 32 sectors per request where 4 would do. Give each row a **warp** instead: lane `L` takes
@@ -589,23 +592,22 @@ def softmax_warp(cuda):
         lane = cuda.threadIdx.x
         r = cuda.blockIdx.x * WARPS + cuda.threadIdx.y
         if r < x.shape[0]:
-            n = x.shape[1]
-            m = -math.inf
+            m = -math.inf           # this lane's running max and sum, as in 5.3
             d = 0.0
-            for c in range(lane, n, 32):
+            for c in range(lane, x.shape[1], 32):
                 v = x[r, c]
                 m_new = max(m, v)
                 d = d * math.exp(m - m_new) + math.exp(v - m_new)
                 m = m_new
-            offset = 16
-            while offset > 0:
+            for offset in (16, 8, 4, 2, 1):     # butterfly: every lane gets the row's m, d
                 m_other = cuda.shfl_xor_sync(0xFFFFFFFF, m, offset)
                 d_other = cuda.shfl_xor_sync(0xFFFFFFFF, d, offset)
-                m_new = max(m, m_other)
-                d = d * math.exp(m - m_new) + d_other * math.exp(m_other - m_new)
-                m = m_new
-                offset //= 2
-            for c in range(lane, n, 32):
+                if m_other > m:     # rescale the state with the smaller max (5.3)
+                    d = d * math.exp(m - m_other) + d_other
+                    m = m_other
+                else:
+                    d += d_other * math.exp(m_other - m)
+            for c in range(lane, x.shape[1], 32):
                 out[r, c] = math.exp(x[r, c] - m) / d
         ### END SOLUTION
     return kernel
@@ -651,7 +653,7 @@ reveal("5.warp", rows[0].total_sectors / rows[1].total_sectors);
 # algorithm makes Θ(N d + N²) accesses to HBM, FlashAttention Θ(N² d² / M) for an on-chip
 # memory of M elements.
 #
-# ### Exercise 5.8 — the lab: a fused attention forward (roughly 40 lines)
+# ### Exercise 5.8 — the lab: a fused attention forward (roughly 41 lines)
 #
 # One head, `d = HEAD_DIM` = 8; blocks of `(HEAD_DIM, ATT_ROWS)` = (8, 8) threads, one block
 # per 8 query rows; thread `(x, y)` owns the output element `o[i, x]` of row
@@ -708,17 +710,19 @@ def attention_flash(cuda):
             else:
                 s[y, x] = -math.inf
             cuda.syncthreads()
-            m_new = m
+            m_tile = m              # the row's max so far, this tile included
             for c in range(ATT_ROWS):
-                m_new = max(m_new, s[y, c])
-            rescale = math.exp(m - m_new)
-            l *= rescale
-            acc *= rescale
+                m_tile = max(m_tile, s[y, c])
+            l_tile = 0.0            # the tile's sum of p and of p * v, at max m_tile
+            pv = 0.0
             for c in range(ATT_ROWS):
-                p = math.exp(s[y, c] - m_new)
-                l += p
-                acc += p * sv[c, x]
-            m = m_new
+                p = math.exp(s[y, c] - m_tile)
+                l_tile += p
+                pv += p * sv[c, x]
+            alpha = math.exp(m - m_tile)    # what the old statistics are rescaled by
+            l = alpha * l + l_tile
+            acc = alpha * acc + pv
+            m = m_tile
             cuda.syncthreads()
         if i < n:
             o[i, x] = acc / l

@@ -40,7 +40,7 @@ def test_labkits_own_kernels_are_refused(ex, kernel):
 # ---- 5.1 a block reduction ---------------------------------------------------------------
 
 REDUCE = get("5.1").reference           # lib.reduce_shared(64)
-SOLVED = solution_answer("05", "5.1")    # the chapter's sequential tree, BLOCK = 64
+SOLVED = solution_answer("05", "5.1")    # the chapter's tree, then shuffles; BLOCK = 64
 
 
 def tree_with_for(cuda):
@@ -60,22 +60,14 @@ def tree_with_for(cuda):
     return kernel
 
 
-# The chapter's advice (Harris's last step, as lib.reduce_fast does): the solution's tree
-# down to one shared level, then shfl_down_sync for the last 32 values: fewer barriers, and
+# The chapter's advice (Harris's last step, as lib.reduce_fast does), the chapter's
+# solution: the tree down to 32 values, then shfl_down_sync for those: fewer barriers, and
 # right.
-tree_then_shuffle = mutant(mutant(SOLVED, "s = BLOCK // 2", """
-        if t < 32:
-            v = buf[t] + buf[t + 32]
-            offset = 16
-            while offset > 0:
-                v += cuda.shfl_down_sync(0xFFFFFFFF, v, offset)
-                offset //= 2
-        s = 0                       # the tree loop never runs ...
-"""), "out[cuda.blockIdx.x] = buf[0]", "out[cuda.blockIdx.x] = v")   # ... thread 0 writes v
+tree_then_shuffle = SOLVED
 
-# A correct tree whose idle threads return instead of waiting: the later barriers wait only
-# for the threads still running (Volta and later).
-early_return_tree = mutant(SOLVED, "if t < s:\n    buf[t] += buf[t + s]",
+# A correct tree (labkit's) whose idle threads return instead of waiting: the later barriers
+# wait only for the threads still running (Volta and later).
+early_return_tree = mutant(REDUCE, "if t < s:\n    buf[t] += buf[t + s]",
                            "if t >= s:\n    return\nbuf[t] += buf[t + s]")
 
 # Harris's "unroll the last warp": warp 0 finishes without syncthreads; with syncwarp
@@ -618,15 +610,15 @@ def scores_in_local_memory(cuda):
 
 
 flash_racy = mutant(flash, """
-            m = m_new
+            m = m_tile
             cuda.syncthreads()
 """, """
-            m = m_new
+            m = m_tile
 """)
 
 
 def test_5_8_no_rescaling_of_the_output_is_wrong():
-    no_rescale = mutant(flash, "acc *= rescale", "pass")
+    no_rescale = mutant(flash, "acc = alpha * acc + pv", "acc = acc + pv")
     v = evaluate("5.8", no_rescale)
     assert v.status == FAIL and "scaled_dot_product_attention" in v.message, v.message
 
