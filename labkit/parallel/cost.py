@@ -68,6 +68,15 @@ def _check(op: str, algorithm: str, nbytes: float, world: int) -> tuple[float, i
     return nbytes, world
 
 
+def algorithms_for(op: str, world: int) -> tuple[str, ...]:
+    """The algorithms of ``op`` that run on ``world`` ranks: the power-of-two-only ones
+    (:data:`POW2_ONLY`) only when ``world`` is a power of two."""
+    V.one_of("op", op, OPS)
+    world = V.integer("world", world, low=1)
+    pow2 = not world & (world - 1)
+    return tuple(alg for alg in ALGORITHMS[op] if pow2 or (op, alg) not in POW2_ONLY)
+
+
 def ceil_log2(p: int) -> int:
     return (V.integer("p", p, low=1) - 1).bit_length()
 
@@ -146,11 +155,8 @@ def best_algorithm(op: str, nbytes: float, world: int, *, alpha: float, beta: fl
     """The algorithm with the least modelled time (skipping power-of-two-only ones)."""
     V.one_of("op", op, OPS)
     world = V.integer("world", world, low=1)
-    times = {}
-    for alg in ALGORITHMS[op]:
-        if (op, alg) in POW2_ONLY and world & (world - 1):
-            continue
-        times[alg] = collective_time(op, alg, nbytes, world, alpha=alpha, beta=beta, gamma=gamma)
+    times = {alg: collective_time(op, alg, nbytes, world, alpha=alpha, beta=beta, gamma=gamma)
+             for alg in algorithms_for(op, world)}
     return min(times, key=times.get)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from labkit import validate as V
 from labkit.parallel.collectives import CollectiveRun, coverage
-from labkit.parallel.cost import ALGORITHMS, POW2_ONLY, collective_time
+from labkit.parallel.cost import ALGORITHMS, algorithms_for, collective_time
 
 
 def _plt():
@@ -141,12 +141,9 @@ def cost_curves(op: str, world: int, nbytes: Sequence[float], *, alpha: float, b
     """collective_time for every algorithm of ``op`` (that supports ``world``) at each size."""
     V.one_of("op", op, ALGORITHMS)
     sizes = V.array("nbytes", nbytes, ndim=1)
-    out = {}
-    for alg in ALGORITHMS[op]:
-        if (op, alg) in POW2_ONLY and world & (world - 1):
-            continue
-        out[alg] = np.array([collective_time(op, alg, n, world, alpha=alpha, beta=beta,
-                                             gamma=gamma) for n in sizes])
+    out = {alg: np.array([collective_time(op, alg, n, world, alpha=alpha, beta=beta,
+                                          gamma=gamma) for n in sizes])
+           for alg in algorithms_for(op, world)}
     return CostCurves(op, world, sizes, out, alpha, beta, gamma)
 
 
