@@ -100,19 +100,20 @@ print("gradcheck ok:", agree.gradcheck.ok, "| max |analytic - numeric| =", agree
 # %% id="cell-007"
 def topo_order(root):
     ### BEGIN SOLUTION
-    order, seen, stack = [], set(), [(root, False)]
+    # the stack holds the path from root down: each node with an iterator over its parents;
+    # a node is finished (appended) once its last parent is
+    order, seen = [], {id(root)}
+    stack = [(root, iter(root._parents))]
     while stack:
-        node, done = stack.pop()
-        if done:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        for p in node._parents:
+        node, parents = stack[-1]
+        for p in parents:
             if id(p) not in seen:
-                stack.append((p, False))
+                seen.add(id(p))
+                stack.append((p, iter(p._parents)))
+                break
+        else:
+            stack.pop()
+            order.append(node)
     return order
     ### END SOLUTION
 
@@ -158,20 +159,19 @@ from labkit.autograd import local_vjp, accumulate_grad
 
 def backward(loss):
     ### BEGIN SOLUTION
-    grads = {id(loss): np.ones_like(loss.data)}
+    # every node collects the contributions its consumers send; in reverse topological
+    # order they have all arrived when the node is reached, and their sum is its gradient
+    sent = {id(loss): [np.ones_like(loss.data)]}
     for node in reversed(topo_order(loss)):
-        g = grads.pop(id(node), None)
-        if g is None:
-            continue
-        if node.is_leaf:
-            if node.requires_grad:
-                accumulate_grad(node, g)
-            continue
-        for parent, pg in local_vjp(node, g):
-            if id(parent) in grads:
-                grads[id(parent)] = grads[id(parent)] + pg
-            else:
-                grads[id(parent)] = pg
+        parts = sent.pop(id(node), [])
+        if not parts:
+            continue                    # the loss does not depend on it
+        g = sum(parts[1:], start=parts[0])
+        if not node.is_leaf:
+            for parent, pg in local_vjp(node, g):
+                sent.setdefault(id(parent), []).append(pg)
+        elif node.requires_grad:
+            accumulate_grad(node, g)
     ### END SOLUTION
 
 

@@ -422,11 +422,10 @@ class ZeroAdam:
         m_hat, v_hat = self.m / (1 - b1 ** self.t), self.v / (1 - b2 ** self.t)
         w -= self.lr * m_hat / (v_hat.sqrt() + self.eps)
         dist.all_gather_single(vec, w)
+        pieces = vec[:n].split([p.numel() for p in self.params])
         with torch.no_grad():
-            offset = 0
-            for p in self.params:
-                p.copy_(vec[offset:offset + p.numel()].view_as(p))
-                offset += p.numel()
+            for p, piece in zip(self.params, pieces):
+                p.copy_(piece.view_as(p))
         ### END SOLUTION
 
 

@@ -144,31 +144,35 @@ def shadow_time(now, head, running, free):
     """(the shadow time, a FreeGPUs of the cluster as it is then) for the head `head`."""
     ### BEGIN SOLUTION
     later = free.copy()
-    ends = sorted(running, key=lambda r: r.end)
-    shadow, i = now, 0
-    while not later.fits(head.gpus):
-        shadow = ends[i].end
-        while i < len(ends) and ends[i].end == shadow:    # ties end together
-            later.give(ends[i].alloc)
-            i += 1
-    return shadow, later
+    if later.fits(head.gpus):
+        return now, later
+    ending_at = {}                                  # end time -> the allocations freed then
+    for r in running:
+        ending_at.setdefault(r.end, []).append(r.alloc)
+    for end in sorted(ending_at):
+        for alloc in ending_at[end]:                # every job ending at `end` gives back
+            later.give(alloc)
+        if later.fits(head.gpus):
+            return end, later
+    raise ValueError("the head does not fit even on the whole cluster")
     ### END SOLUTION
 
 
 def easy_backfill(now, queue, running, free):
     ### BEGIN SOLUTION
-    head = queue[0]
+    head, *behind = queue
     shadow, later = shadow_time(now, head, running, free)     # the head's reservation
     started = []
-    for job in queue[1:]:
+    for job in behind:
         alloc = free.place(job.gpus)
         if alloc is None:
-            continue
-        if now + job.estimate > shadow:       # still running at the shadow time
-            later.take(alloc)
-            if not later.fits(head.gpus):
-                later.give(alloc)
-                continue
+            continue                          # it does not fit now
+        if now + job.estimate > shadow:       # still running when the head is due:
+            at_shadow = later.copy()          # only on GPUs the head leaves over then
+            at_shadow.take(alloc)
+            if not at_shadow.fits(head.gpus):
+                continue                      # it would delay the head
+            later = at_shadow
         free.take(alloc)
         started.append(job.job)
     return started
@@ -465,17 +469,18 @@ import torch
 def save_checkpoint(state, path):
     ### BEGIN SOLUTION
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".ckpt-", suffix=".tmp")
+    f = tempfile.NamedTemporaryFile("wb", dir=directory, prefix=".ckpt-", delete=False)
+    renamed = False
     try:
-        with os.fdopen(fd, "wb") as f:
+        with f:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        os.replace(f.name, path)
+        renamed = True
+    finally:
+        if not renamed and os.path.exists(f.name):   # killed on the way: no litter
+            os.unlink(f.name)
     dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
@@ -526,13 +531,14 @@ class Checkpoint:
 
     def resume(self, model, optimizer):
         ### BEGIN SOLUTION
-        if not os.path.exists(self.path):
+        try:
+            state = torch.load(self.path, weights_only=True)
+        except FileNotFoundError:               # no checkpoint yet: start from step 0
             return 0
-        state = torch.load(self.path, weights_only=True)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])
-        return int(state["step"])
+        return state["step"]
         ### END SOLUTION
 
 
