@@ -186,8 +186,29 @@ def wait_for_image(page, cell, element, seconds: float) -> tuple[bool, str]:
     return ready, after
 
 
-@pytest.mark.parametrize("name", browser_notebooks())
-def test_slider_changes_the_result(lab, name, record_property):
+OPEN = """async (path) => {
+  const app = window.jupyterapp;
+  const w = await app.commands.execute('docmanager:open', {path, factory: 'Notebook'});
+  app.shell.activateById(w.id);
+  await w.context.ready;
+}"""
+
+# the notebook's kernel shut down and its tab closed, unsaved (no dialog: disposing asks
+# nothing), so that the next notebook is the only one on the page
+CLOSE = """async () => {
+  const w = window.jupyterapp.shell.currentWidget;
+  if (!w || !w.sessionContext) return;
+  await w.sessionContext.shutdown();
+  w.context.model.dirty = false;
+  w.dispose();
+}"""
+
+
+@pytest.fixture(scope="module")
+def page(lab):
+    """One Chromium and one JupyterLab page for every notebook: launching the browser and
+    loading the JupyterLab app took most of the browser's CPU time when each notebook had
+    its own (a workspace of its own, reset: nothing restored from an earlier run)."""
     from playwright.sync_api import sync_playwright
 
     base, token = lab
@@ -195,58 +216,66 @@ def test_slider_changes_the_result(lab, name, record_property):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            # a workspace of its own, reset: nothing restored from the previous notebook
-            page.goto(f"{base}/lab/workspaces/{Path(name).stem}/tree/{name}?reset&token={token}")
-            page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
-            page.evaluate("async () => { await window.jupyterapp.restored; }")
-            page.wait_for_function(READY, timeout=120_000)
-            index = page.evaluate(TAGGED_INDEX)
-            assert index >= 0, f"{name}: no cell tagged browser-test"
-            chosen = cells_feeding(nbformat.read(NOTEBOOKS / name, as_version=4), index)
-            page.evaluate(f"() => {{ ({RUN_CELLS})({chosen}); }}")     # not awaited here
-            outcome = page.wait_for_function(ALL_RUN, arg=chosen, timeout=240_000,
-                                             polling=500).json_value()
-            assert outcome == "done", f"{name}: running up to the widget stopped at an {outcome}"
-            cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
-            cell.scroll_into_view_if_needed()
-            handle = cell.locator(".widget-slider .noUi-handle").first
-            handle.wait_for(timeout=30_000)
-            element = cell.element_handle()
-            # The first draw (made while the cell ran) is a decoded plot and no traceback.
-            # With ipykernel 7 and JupyterLab's default commsOverSubshells it was not: the
-            # previous cell's widget traffic ran post_execute on a subshell thread, which drew
-            # this figure concurrently (mathtext ParseException) and sent it where no output
-            # area shows it (ipython/ipykernel#1564; pyproject.toml pins ipykernel < 7).
-            image_ready, before = wait_for_image(page, cell, element, 60)
-            assert image_ready and not errors(cell), (
-                f"{name}: the widget's first draw shows no plot or an error: "
-                f"{_ends(cell.locator('.widget-output').last.inner_text())!r}")
-            readout = cell.locator(".widget-readout").first.inner_text()
-            handle.focus()
-            handle.press("ArrowRight")             # one step: one update to wait for
-            if cell.locator(".widget-readout").first.inner_text() == readout:
-                handle.press("ArrowLeft")          # it sat at its maximum
-                handle.press("ArrowLeft")
-            deadline = time.time() + 60
-            while snapshot(cell) == before and time.time() < deadline:
-                time.sleep(0.25)
-            # the plot itself, not a change of text alone: once the output has settled it
-            # holds an <img> that has loaded and decoded (an undecoded or broken image has
-            # naturalWidth 0); settle again if it has not, so the shot shows the final state
-            image_ready, after = wait_for_image(page, cell, element, 90)
-            no_image = "" if image_ready and not errors(cell) else (
-                f"{name}: after the slider moved, the widget's output holds no decoded image "
-                f"(its plot) or an error: images (complete, width) = "
-                f"{cell.locator('.widget-output').evaluate_all(IMAGES)}; text: "
-                f"{_ends(cell.locator('.widget-output').last.inner_text())!r}")
-            shot = SHOTS / f"{Path(name).stem}.png"
-            cell.screenshot(path=str(shot))
-            record_property("screenshot", str(shot))
-            print(f"\nscreenshot: {shot}")
-            assert not no_image, no_image
-            assert cell.locator(".widget-readout").first.inner_text() != readout, \
-                "the slider did not move"
-            assert after != before, f"{name}: moving the slider did not change the output"
+            pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+            pg.goto(f"{base}/lab/workspaces/browser-test?reset&token={token}")
+            pg.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
+            pg.evaluate("async () => { await window.jupyterapp.restored; }")
+            yield pg
         finally:
             browser.close()
+
+
+@pytest.mark.parametrize("name", browser_notebooks())
+def test_slider_changes_the_result(page, name, record_property):
+    try:
+        page.evaluate(OPEN, name)
+        page.wait_for_function(READY, timeout=120_000)
+        index = page.evaluate(TAGGED_INDEX)
+        assert index >= 0, f"{name}: no cell tagged browser-test"
+        chosen = cells_feeding(nbformat.read(NOTEBOOKS / name, as_version=4), index)
+        page.evaluate(f"() => {{ ({RUN_CELLS})({chosen}); }}")     # not awaited here
+        outcome = page.wait_for_function(ALL_RUN, arg=chosen, timeout=240_000,
+                                         polling=500).json_value()
+        assert outcome == "done", f"{name}: running up to the widget stopped at an {outcome}"
+        cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
+        cell.scroll_into_view_if_needed()
+        handle = cell.locator(".widget-slider .noUi-handle").first
+        handle.wait_for(timeout=30_000)
+        element = cell.element_handle()
+        # The first draw (made while the cell ran) is a decoded plot and no traceback.
+        # With ipykernel 7 and JupyterLab's default commsOverSubshells it was not: the
+        # previous cell's widget traffic ran post_execute on a subshell thread, which drew
+        # this figure concurrently (mathtext ParseException) and sent it where no output
+        # area shows it (ipython/ipykernel#1564; pyproject.toml pins ipykernel < 7).
+        image_ready, before = wait_for_image(page, cell, element, 60)
+        assert image_ready and not errors(cell), (
+            f"{name}: the widget's first draw shows no plot or an error: "
+            f"{_ends(cell.locator('.widget-output').last.inner_text())!r}")
+        readout = cell.locator(".widget-readout").first.inner_text()
+        handle.focus()
+        handle.press("ArrowRight")             # one step: one update to wait for
+        if cell.locator(".widget-readout").first.inner_text() == readout:
+            handle.press("ArrowLeft")          # it sat at its maximum
+            handle.press("ArrowLeft")
+        deadline = time.time() + 60
+        while snapshot(cell) == before and time.time() < deadline:
+            time.sleep(0.25)
+        # the plot itself, not a change of text alone: once the output has settled it
+        # holds an <img> that has loaded and decoded (an undecoded or broken image has
+        # naturalWidth 0); settle again if it has not, so the shot shows the final state
+        image_ready, after = wait_for_image(page, cell, element, 90)
+        no_image = "" if image_ready and not errors(cell) else (
+            f"{name}: after the slider moved, the widget's output holds no decoded image "
+            f"(its plot) or an error: images (complete, width) = "
+            f"{cell.locator('.widget-output').evaluate_all(IMAGES)}; text: "
+            f"{_ends(cell.locator('.widget-output').last.inner_text())!r}")
+        shot = SHOTS / f"{Path(name).stem}.png"
+        cell.screenshot(path=str(shot))
+        record_property("screenshot", str(shot))
+        print(f"\nscreenshot: {shot}")
+        assert not no_image, no_image
+        assert cell.locator(".widget-readout").first.inner_text() != readout, \
+            "the slider did not move"
+        assert after != before, f"{name}: moving the slider did not change the output"
+    finally:
+        page.evaluate(CLOSE)
