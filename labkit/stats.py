@@ -9,14 +9,16 @@
 * Student-t interval of the mean: mean ± t_{(1+c)/2, n-1} · s / √n (s the sample standard
   deviation); it assumes roughly normal samples, which timings rarely are (a long right
   tail), so labkit reports the bootstrap interval of the median by default.
+* Spread of repeated measurements of one quantity: their mean, median and range
+  [min, max] (:class:`Spread`), the one summary a table of trials shows.
 * Speedup of B over A: median(A) / median(B), with a bootstrap interval that resamples both
   sets independently (Georges, Buytaert & Eeckhout, "Statistically Rigorous Java Performance
   Evaluation", OOPSLA 2007, argue for intervals over single numbers).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -54,6 +56,37 @@ class Interval:
     def __str__(self) -> str:
         return (f"{self.estimate:.4g} [{self.low:.4g}, {self.high:.4g}] "
                 f"({self.level:.0%} {self.method})")
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Repeated measurements of one quantity: their mean, median and range [low, high],
+    computed once from ``values`` (a sequence, kept as given)."""
+    values: Sequence[float]
+    mean: float = field(init=False)
+    median: float = field(init=False)
+    low: float = field(init=False)
+    high: float = field(init=False)
+
+    def __post_init__(self):
+        if len(self.values) == 0:
+            raise ValueError("a spread needs at least one value")
+        for name, statistic in (("mean", np.mean), ("median", np.median), ("low", np.min),
+                                ("high", np.max)):
+            object.__setattr__(self, name, float(statistic(self.values)))
+
+    @property
+    def relative_range(self) -> float:
+        """(high − low) / median."""
+        return (self.high - self.low) / self.median if self.median else 0.0
+
+    def overlaps(self, other: "Spread") -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+    def format(self, fmt: str = ",.0f") -> str:
+        if len(self.values) == 1:
+            return format(self.median, fmt)
+        return f"{self.median:{fmt}} ({self.low:{fmt}}–{self.high:{fmt}})"
 
 
 def bootstrap_ci(samples, statistic: Callable = np.median, *, level: float = 0.95,
@@ -126,24 +159,12 @@ def noisy_samples(n: int, *, base: float = 1e-3, jitter: float = 0.02,
 
 
 @dataclass(frozen=True)
-class NoiseEstimates:
-    """Timings of :func:`noisy_samples` and what each estimate makes of them: the mean,
-    the median with its bootstrap interval (:func:`bootstrap_ci`), the minimum."""
-    samples: np.ndarray
+class NoiseEstimates(Spread):
+    """Timings of :func:`noisy_samples` (``values``) and what each estimate makes of them:
+    the mean, the median with its bootstrap interval (:func:`bootstrap_ci`), the minimum
+    (``low``)."""
     base: float                  # the true time of one call, seconds
     ci: Interval                 # of the median
-
-    @property
-    def mean(self) -> float:
-        return float(np.mean(self.samples))
-
-    @property
-    def median(self) -> float:
-        return float(np.median(self.samples))
-
-    @property
-    def min(self) -> float:
-        return float(np.min(self.samples))
 
     def survivors(self, tol: float = 0.05) -> str:
         """Which of "mean" and "median" lie within ``tol`` (relative) of the true time:

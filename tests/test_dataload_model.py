@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from labkit.dataload import cifar, formats
-from labkit.dataload.model import (EncodedImages, EpochSampler, Machine, Spread, augment,
+from labkit.dataload.model import (EncodedImages, EpochSampler, Machine, augment,
                                    background_load, decode, encode, make_images,
                                    others_from_share, steady_rate, steady_steps,
                                    steady_throughput, steady_window, wait_fraction,
@@ -166,15 +166,6 @@ def test_fair_share_and_its_inverse():
     assert others_from_share(0.5, 2) == 1.5 and others_from_share(1.0, 2) == 0.0
     with pytest.raises(ValueError, match="others_cores"):
         background_load(2.0, 2)
-
-
-def test_spread():
-    s = Spread((3.0, 1.0, 2.0))
-    assert (s.median, s.low, s.high) == (2.0, 1.0, 3.0) and s.relative_range == 1.0
-    assert s.overlaps(Spread((2.9, 4.0))) and not s.overlaps(Spread((3.1,)))
-    assert s.format() == "2 (1–3)" and Spread((1234.0,)).format() == "1,234"
-    with pytest.raises(ValueError, match="at least one"):
-        Spread(())
 
 
 def test_cifar_binary_roundtrip_matches_the_documented_layout(tmp_path):

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from labkit.perf import benchmark, interleaved, threads
-from labkit.stats import (NoiseEstimates, bootstrap_ci, noise_estimates, noisy_samples,
-                               percentile, speedup_ci, t_ci)
+from labkit.stats import (NoiseEstimates, Spread, bootstrap_ci, noise_estimates, noisy_samples,
+                          percentile, speedup_ci, t_ci)
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 100])
@@ -65,8 +65,8 @@ def test_noise_estimates_and_which_survive():
     0.3 × 2 = 60 %, the median by a few per cent."""
     e = noise_estimates(50, interference=0.3, jitter=0.05, seed=0)
     x = noisy_samples(50, interference=0.3, jitter=0.05, seed=0)
-    np.testing.assert_array_equal(e.samples, x)
-    assert (e.mean, e.median, e.min) == (x.mean(), np.median(x), x.min())
+    np.testing.assert_array_equal(e.values, x)
+    assert (e.mean, e.median, e.low, e.high) == (x.mean(), np.median(x), x.min(), x.max())
     assert e.ci == bootstrap_ci(x) and e.base == 1e-3
     assert e.survivors() == "median" and e.mean > 1.4e-3
     assert noise_estimates(10, jitter=0.0).survivors() == "both"
@@ -75,6 +75,17 @@ def test_noise_estimates_and_which_survive():
     assert skewed.survivors() == "mean" and skewed.survivors(tol=0.6) == "both"
     with pytest.raises(ValueError, match="tol must be > 0"):
         skewed.survivors(tol=0)
+
+
+def test_spread():
+    s = Spread((3.0, 1.0, 2.0, 6.0))
+    assert (s.mean, s.median, s.low, s.high) == (3.0, 2.5, 1.0, 6.0)
+    assert s.relative_range == 2.0 and Spread((0.0, 1.0, -1.0)).relative_range == 0.0
+    assert s.overlaps(Spread((5.9, 8.0))) and not s.overlaps(Spread((6.1,)))
+    assert s.format() == "2 (1–6)" and Spread((1234.0,)).format() == "1,234"
+    assert s == Spread((3.0, 1.0, 2.0, 6.0)) and s != Spread((3.0, 1.0, 2.0))
+    with pytest.raises(ValueError, match="at least one"):
+        Spread(())
 
 
 def test_benchmark_counts_calls_and_checks_its_arguments():

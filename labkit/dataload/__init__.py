@@ -26,7 +26,7 @@ torch is imported only by :mod:`measure`, :mod:`costs` and :mod:`randomness` (in
 functions), matplotlib only by :mod:`plots`.
 """
 from labkit.dataload.model import (  # noqa: F401
-    DecodedCache, EncodedImages, EpochSampler, Spread, augment, decode, encode, make_images,
+    DecodedCache, EncodedImages, EpochSampler, augment, decode, encode, make_images,
     steady_throughput, steady_window, wait_fraction, workers_needed,
 )
 from labkit.dataload.sim import PipelineConfig, SimResult, simulate, sweep_workers  # noqa: F401

@@ -22,8 +22,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from labkit import validate as V
-from labkit.dataload.model import Spread, bottleneck, pipeline_bounds, steady_rate, steady_window
+from labkit.dataload.model import bottleneck, pipeline_bounds, steady_rate, steady_window
 from labkit.dataload.sim import PipelineConfig, bound_rate, simulate, steady_config
+from labkit.stats import Spread
 
 
 # -------------------------------------------------------------------- with spreads

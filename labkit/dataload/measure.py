@@ -56,8 +56,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from labkit import validate as V
-from labkit.dataload.model import (EncodedImages, EpochSampler, Spread, steady_rate,
-                                   steady_window, waiting_share)
+from labkit.dataload.model import (EncodedImages, EpochSampler, steady_rate, steady_window,
+                                   waiting_share)
+from labkit.stats import Spread
 
 KINDS = ("pipeline", "loader alone", "compute alone")
 RESULT_KEYS = ("wait_s", "compute_s", "wait_cpu_s", "step_cpu_s", "samples_per_s")

@@ -548,38 +548,3 @@ class SteadySteps:
         """Share of the steady window's time spent waiting for data (:func:`wait_fraction`)."""
         w = self.window
         return waiting_share(self.wait_s[w], self.compute_s[w])
-
-
-@dataclass(frozen=True)
-class Spread:
-    """Repeated measurements of one quantity: median and range."""
-    values: tuple[float, ...]
-
-    def __post_init__(self):
-        if len(self.values) == 0:
-            raise ValueError("a spread needs at least one value")
-
-    @property
-    def median(self) -> float:
-        return float(np.median(self.values))
-
-    @property
-    def low(self) -> float:
-        return float(np.min(self.values))
-
-    @property
-    def high(self) -> float:
-        return float(np.max(self.values))
-
-    @property
-    def relative_range(self) -> float:
-        """(high − low) / median."""
-        return (self.high - self.low) / self.median if self.median else 0.0
-
-    def overlaps(self, other: "Spread") -> bool:
-        return self.low <= other.high and other.low <= self.high
-
-    def format(self, fmt: str = ",.0f") -> str:
-        if len(self.values) == 1:
-            return format(self.median, fmt)
-        return f"{self.median:{fmt}} ({self.low:{fmt}}–{self.high:{fmt}})"

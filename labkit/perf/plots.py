@@ -26,13 +26,13 @@ def plot_cnn_batch(curve, point, cpu_runs=(), gpu: str = "", ax=None):
 
 
 def plot_noise(est, ax=None):
-    """Histogram of :class:`labkit.stats.NoiseEstimates` samples (ms) with the mean,
+    """Histogram of :class:`labkit.stats.NoiseEstimates` values (ms) with the mean,
     the median and the median's confidence interval."""
     import matplotlib.pyplot as plt  # deferred: matplotlib
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 3))
-    ax.hist(est.samples * 1e3, bins=40, color="0.6")
+    ax.hist(est.values * 1e3, bins=40, color="0.6")
     for val, lab, col in ((est.mean, "mean", "C3"), (est.median, "median", "C0")):
         ax.axvline(val * 1e3, color=col, label=lab)
     ax.axvspan(est.ci.low * 1e3, est.ci.high * 1e3, color="C0", alpha=0.2,

@@ -94,7 +94,7 @@ def show_noise(interference: float, n: int, jitter: float, seed: int = 0):
     e = noise_estimates(n, jitter=jitter, interference=interference, seed=seed)
     print(f"true time {e.base * 1e3:.3f} ms | mean {e.mean * 1e3:.3f} ms | median "
           f"{e.median * 1e3:.3f} ms, 95 % CI [{e.ci.low * 1e3:.3f}, {e.ci.high * 1e3:.3f}] | "
-          f"min {e.min * 1e3:.3f} ms")
+          f"min {e.low * 1e3:.3f} ms")
     show(plot_noise(e))
 
 
