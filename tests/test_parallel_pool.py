@@ -92,3 +92,48 @@ def test_the_graders_reaping_spares_the_pool_and_what_was_there_before():
         for p in (before, left):
             p.kill()
             p.wait()
+
+
+KILLED_OWNER = """
+import os, sys
+from labkit.parallel import launch
+pool = launch.WorkerPool(2)
+print(*[p.pid for p in pool.procs], flush=True)
+sys.stdin.read()                      # until the test kills this process
+"""
+
+
+@pytest.mark.slow
+def test_workers_end_when_the_process_that_started_them_is_killed():
+    """A notebook or grader killed with its pool up leaves no rank running: the ranks are
+    forks of a fork server, and notice the owner gone (the server ends with it)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    owner = subprocess.Popen([sys.executable, "-c", KILLED_OWNER], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        ranks = [int(p) for p in owner.stdout.readline().split()]
+        assert len(ranks) == 2
+        for pid in ranks:
+            os.kill(pid, 0)                               # both up
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+        deadline = time.monotonic() + 30
+        alive = ranks
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.2)
+            alive = [p for p in ranks if _running(p)]
+        assert alive == [], f"ranks {alive} outlived their owner"
+    finally:
+        owner.kill()
+        owner.wait()
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

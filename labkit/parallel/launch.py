@@ -1,11 +1,12 @@
 """Real ``torch.distributed`` runs: N local processes, all-reduce timing, α-β fit.
 
-:func:`launch` starts ``world`` processes with the ``spawn`` start method, sets the same
-environment ``torchrun`` sets (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK),
-initialises a process group (gloo on CPU, NCCL when every rank can have its own GPU) on a
-port the operating system picked as free (bind port 0), calls ``fn(rank, world, *args)``
-in each and returns the per-rank results. ``fn`` must be importable (defined in a module,
-not in a notebook cell), because spawned processes import it by name.
+:func:`launch` starts ``world`` processes (forks of a fork server that imported torch
+once: :func:`_context`), sets the same environment ``torchrun`` sets (MASTER_ADDR,
+MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK), initialises a process group (gloo on CPU, NCCL
+when every rank can have its own GPU) on a port the operating system picked as free (bind
+port 0), calls ``fn(rank, world, *args)`` in each and returns the per-rank results. ``fn``
+must be importable (defined in a module, not in a notebook cell), because the ranks import
+it by name.
 
 :class:`WorkerPool` keeps such a group alive and runs one job after another in it, so a
 notebook pays the start (seconds: two interpreters importing torch) once, not once per real
@@ -105,7 +106,7 @@ def launch(fn: Callable, world: int, *args: Any, backend: str | None = None,
         if torch.cuda.device_count() < world:
             raise ValueError(f"backend 'nccl' needs one CUDA GPU per rank (world={world}, "
                              f"GPUs={torch.cuda.device_count()}); use backend='gloo'")
-    ctx = mp.get_context("spawn")
+    ctx = _context(mp)
     for attempt in range(retries + 1):
         q = ctx.Queue()
         port = free_port()
@@ -153,12 +154,25 @@ def launch(fn: Callable, world: int, *args: Any, backend: str | None = None,
 # ---- a pool of workers that stays up ------------------------------------------------------
 
 def _watch_parent(parent: int) -> None:
-    """Exit when the process that started this worker is gone (its parent changes): a pool
-    left behind by a killed notebook or grader must not outlive it."""
+    """Exit when the process that started this worker is gone: a pool left behind by a
+    killed notebook or grader must not outlive it. The worker's own parent is the fork
+    server (:func:`_context`), which exits when ``parent`` does, so either a new parent
+    (this worker was orphaned) or ``parent`` no longer running ends it."""
+    server = os.getppid()
     while True:
         time.sleep(0.5)
-        if os.getppid() != parent:
+        if os.getppid() != server or not _running(parent):
             os._exit(1)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def _preload(modules) -> None:
@@ -200,6 +214,21 @@ def _pool_worker(rank: int, world: int, port: int, backend: str, threads: int,
         pass
 
 
+# what every rank imports first: loaded once, in the fork server, instead of in each rank
+PRELOAD = ["torch", "torch.distributed", "labkit.parallel.launch", "labkit._code"]
+
+
+def _context(mp):
+    """The ``forkserver`` start method, its server preloaded with torch: a rank is a fork
+    of one clean process that imported torch once (a fresh interpreter per rank, the
+    ``spawn`` method, costs its two seconds of CPU importing torch every time). Like
+    ``spawn``, and unlike a plain ``fork`` of this process, a rank inherits no threads, no
+    process group and no state of the caller; what it runs arrives pickled."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
 class WorkerPool:
     """``world`` processes joined by one process group, kept alive to run many jobs.
 
@@ -218,7 +247,7 @@ class WorkerPool:
         self.backend = V.one_of("backend", backend, ("gloo",))
         threads = V.integer("threads", threads, low=1)
         timeout_s = V.positive("timeout_s", timeout_s)
-        ctx = mp.get_context("spawn")
+        ctx = _context(mp)
         self.inbox = [ctx.Queue() for _ in range(self.world)]
         self.outbox = ctx.Queue()
         self.jobs = 0
