@@ -9,7 +9,8 @@ must be importable (defined in a module, not in a notebook cell), because the ra
 it by name.
 
 :class:`WorkerPool` keeps such a group alive and runs one job after another in it, so a
-notebook pays the start (seconds: two interpreters importing torch) once, not once per real
+notebook pays the start (seconds: the fork server importing torch, the ranks joining a
+process group) once, not once per real
 run; :func:`pool_run` uses one shared pool per world size. A learner's class or function
 (defined in a notebook cell) travels to the workers as :func:`labkit._code.by_value` bytes.
 """
@@ -54,7 +55,7 @@ def default_backend(world: int = 1) -> str:
 
 def _join_group(rank: int, world: int, port: int, backend: str, threads: int,
                 timeout_s: float) -> None:
-    """In a spawned rank: the environment ``torchrun`` sets, ``threads`` torch threads, this
+    """In a rank: the environment ``torchrun`` sets, ``threads`` torch threads, this
     rank's GPU (NCCL), then the process group."""
     import torch  # deferred: torch
     import torch.distributed as dist  # deferred: torch

@@ -1,7 +1,8 @@
 """Model parallelism for real: PyTorch's own distributed APIs on 2 CPU processes (gloo).
 
 Each ``*_worker`` runs inside a process group started by
-:func:`labkit.parallel.launch.pool_run` (gloo, free port, spawn) and returns numbers that
+:func:`labkit.parallel.launch.pool_run` (gloo, free port, forks of a fork server) and
+returns numbers that
 :func:`run_all` compares with the same computation in one process:
 
 * tensor parallelism — ``torch.distributed.tensor.parallel.parallelize_module`` with
