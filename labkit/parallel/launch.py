@@ -10,9 +10,9 @@ it by name.
 
 :class:`WorkerPool` keeps such a group alive and runs one job after another in it, so a
 notebook pays the start (seconds: the fork server importing torch, the ranks joining a
-process group) once, not once per real
-run; :func:`pool_run` uses one shared pool per world size. A learner's class or function
-(defined in a notebook cell) travels to the workers as :func:`labkit._code.by_value` bytes.
+process group) once, not once per real run; :func:`pool_run` uses one shared pool per world
+size. A learner's class or function (defined in a notebook cell) travels to the workers as
+:func:`labkit._code.by_value` bytes.
 """
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 Each ``*_worker`` runs inside a process group started by
 :func:`labkit.parallel.launch.pool_run` (gloo, free port, forks of a fork server) and
-returns numbers that
-:func:`run_all` compares with the same computation in one process:
+returns numbers that :func:`run_all` compares with the same computation in one process:
 
 * tensor parallelism — ``torch.distributed.tensor.parallel.parallelize_module`` with
   ``ColwiseParallel`` on the first linear layer of an MLP and ``RowwiseParallel`` on the
