@@ -175,6 +175,8 @@ def test_benchmark_and_interleaved_read_the_clock_they_are_given():
 
 def test_noise_rows_say_what_the_interval_is_around():
     from labkit.stats import format_noise_rows
-    rows = format_noise_rows((0.0, 0.3)).splitlines()
+    rows = format_noise_rows((0.0, 0.3, 0.45)).splitlines()
     assert rows[2].endswith("| yes |")
+    # chapter 12's prose quotes these: the mean off by half at 0.3, the median +2.4 % and +6.8 %
     assert rows[3].startswith("| 0.30 | +52.6% | +2.4% |") and rows[3].endswith("| no |")
+    assert rows[4].startswith("| 0.45 | +76.4% | +6.8% |") and rows[4].endswith("| no |")
