@@ -7,6 +7,17 @@ Every check names the parameter, the value it got and what is allowed::
     kind = one_of("kind", kind, ("gpipe", "1f1b", "interleaved"))
     x = array("x", x, ndim=2)
 
+A config dataclass states each field's check where it declares the field and runs them all
+in ``__post_init__`` (:func:`checked`, :func:`check_fields`)::
+
+    @dataclass(frozen=True)
+    class Run:
+        steps: int = checked(30, integer, low=1)    # integer("steps", steps, low=1)
+        lr: float = checked(0.05, positive)
+
+        def __post_init__(self):
+            check_fields(self)                      # steps=7.0 -> 7; steps=0 -> error
+
 Rules (issue 16): ``bool`` is not a number; a float with an integral value is accepted
 where a count is expected (``7.5e9`` is how people type 7.5 billion); NaN and ±inf are
 rejected unless ``finite=False``; a string where a number belongs is a ``TypeError`` that
@@ -14,11 +25,12 @@ says so; a number out of range is a ``ValueError``.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import os
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -196,3 +208,24 @@ def instances(name: str, values: Iterable[Any], kind: type, noun: str = "rows") 
 def ceil_div(a: int, b: int) -> int:
     """⌈a / b⌉ for non-negative ints (blocks that cover ``a`` items, ``b`` per block)."""
     return -(-a // b)
+
+
+def checked(default: Any, check: Callable[..., Any], **limits: Any) -> Any:
+    """A dataclass field with ``default`` that :func:`check_fields` checks with
+    ``check(name, value, **limits)`` (``checked(48, integer, low=1)``, ``checked(0.25,
+    positive)``, ``checked("float64", one_of, options=DTYPES)``): the allowed values stand
+    beside the field, written once."""
+    function("check", check)
+    return dataclasses.field(default=default, metadata={"check": (check, limits)})
+
+
+def check_fields(config: Any) -> None:
+    """Check every :func:`checked` field of the dataclass instance ``config``, in the order
+    of declaration, and keep what its check returns (``7.0`` -> ``7`` for an
+    :func:`integer`; a frozen dataclass too): the first line of its ``__post_init__``."""
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        raise TypeError(f"config must be a dataclass instance, got {type(config).__name__}")
+    for f in dataclasses.fields(config):
+        if "check" in f.metadata:
+            check, limits = f.metadata["check"]
+            object.__setattr__(config, f.name, check(f.name, getattr(config, f.name), **limits))

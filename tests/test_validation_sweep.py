@@ -190,3 +190,31 @@ def test_validate_integer_never_fails_deep(value):
         assert "n must" in str(exc)
     else:
         assert isinstance(out, int) and out >= 1 and out == value
+
+
+def test_checked_fields_are_checked_in_order_and_kept_as_their_check_returns():
+    from labkit import validate as V
+
+    @dataclass(frozen=True)
+    class Run:
+        steps: int = V.checked(30, V.integer, low=1)
+        lr: float = V.checked(1, V.positive)
+        dtype: str = V.checked("float64", V.one_of, options=("float32", "float64"))
+        note: str = "unchecked"
+
+        def __post_init__(self):
+            V.check_fields(self)
+
+    run = Run(steps=7.0)
+    assert (run.steps, type(run.steps), run.lr, type(run.lr)) == (7, int, 1.0, float)
+    assert Run(note=None).note is None
+    with pytest.raises(ValueError, match=r"steps must be an integer >= 1, got 0"):
+        Run(steps=0, lr=-1)                        # the first field declared fails first
+    with pytest.raises(ValueError, match="lr must be > 0"):
+        Run(lr=0)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        Run(dtype="float16")
+    with pytest.raises(TypeError, match="config must be a dataclass instance"):
+        V.check_fields(Run)
+    with pytest.raises(TypeError, match="check must be callable"):
+        V.checked(1, "integer")

@@ -48,26 +48,23 @@ from labkit.torch_models import torch_mlp
 
 @dataclass(frozen=True)
 class FTConfig:
-    steps: int = 30
-    ckpt_every: int = 5
-    hidden: int = 32
-    features: int = 16
-    samples: int = 512
-    batch: int = 64            # global batch, split over the workers
-    lr: float = 0.05
-    seed: int = 0
-    dropout: float = 0.1
+    steps: int = v.checked(30, v.integer, low=1)
+    ckpt_every: int = v.checked(5, v.integer, low=1)
+    hidden: int = v.checked(32, v.integer, low=1)
+    features: int = v.checked(16, v.integer, low=1)
+    samples: int = v.checked(512, v.integer, low=1)
+    batch: int = 64            # global batch (at most samples), split over the workers
+    lr: float = v.checked(0.05, v.positive)
+    seed: int = v.checked(0, v.integer, low=0)
+    dropout: float = v.checked(0.1, v.fraction)
+
+    def __post_init__(self):
+        v.check_fields(self)
+        object.__setattr__(self, "batch", v.integer("batch", self.batch, low=1,
+                                                    high=self.samples))
 
     def validate(self, world: int = 1) -> "FTConfig":
-        v.integer("steps", self.steps, low=1)
-        v.integer("ckpt_every", self.ckpt_every, low=1)
-        v.integer("hidden", self.hidden, low=1)
-        v.integer("features", self.features, low=1)
-        v.integer("samples", self.samples, low=1)
-        v.integer("batch", self.batch, low=1, high=self.samples)
-        v.positive("lr", self.lr)
-        v.integer("seed", self.seed, low=0)
-        v.fraction("dropout", self.dropout)
+        """The checks that need the world size: ``batch`` splits evenly over it."""
         if self.batch % world:
             raise ValueError(f"batch={self.batch} must be divisible by the world size {world}")
         return self

@@ -67,42 +67,34 @@ def linux_slice_s(cores: int) -> float:
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    batch_size: int = 32
-    num_workers: int = 0
-    prefetch_factor: int = 2
-    cores: int = 2
-    read_s: float = 0.0            # per sample, I/O
-    decode_s: float = 2e-4         # per sample, CPU
-    augment_s: float = 3e-4        # per sample, CPU
-    collate_s: float = 0.0         # per batch, CPU, in the process that loads it
-    transfer_s: float = 0.0        # per batch, CPU, a worker handing the batch over (W > 0)
-    receive_s: float = 0.0         # per batch, CPU, the training process taking it (W > 0)
-    copy_s: float = 0.0            # per batch, host → device, training process (a core)
-    compute_s: float = 5e-3        # per batch (training step)
+    batch_size: int = V.checked(32, V.integer, low=1)
+    num_workers: int = V.checked(0, V.integer, low=0, high=1024)
+    prefetch_factor: int = V.checked(2, V.integer, low=1)
+    cores: int = V.checked(2, V.integer, low=1, high=4096)
+    read_s: float = V.checked(0.0, V.nonnegative)       # per sample, I/O
+    decode_s: float = V.checked(2e-4, V.nonnegative)    # per sample, CPU
+    augment_s: float = V.checked(3e-4, V.nonnegative)   # per sample, CPU
+    collate_s: float = V.checked(0.0, V.nonnegative)    # per batch, CPU, in the loading process
+    transfer_s: float = V.checked(0.0, V.nonnegative)   # per batch, CPU, a worker handing it over
+    receive_s: float = V.checked(0.0, V.nonnegative)    # per batch, CPU, training process takes it
+    copy_s: float = V.checked(0.0, V.nonnegative)       # per batch, host → device (a core)
+    compute_s: float = V.checked(5e-3, V.nonnegative)   # per batch (training step)
     compute_on_cpu: bool = True
-    batches: int = 100             # per epoch
-    epochs: int = 1
-    worker_startup_s: float = 0.0
+    batches: int = V.checked(100, V.integer, low=1)     # per epoch
+    epochs: int = V.checked(1, V.integer, low=1)
+    worker_startup_s: float = V.checked(0.0, V.nonnegative)
     persistent_workers: bool = False
-    background: float = 0.0        # other CPU-bound processes (their total weight)
-    quantum_s: float = 0.0         # time slice; 0 = run each request to completion
-    jitter: float = 0.0            # coefficient of variation of a sample's CPU time
-    seed: int = 0
+    # other CPU-bound processes (their total weight)
+    background: float = V.checked(0.0, V.number, low=0, high=4096)
+    quantum_s: float = V.checked(0.0, V.nonnegative)    # time slice; 0 = run to completion
+    # the coefficient of variation of a sample's CPU time, and the seed of its draws
+    jitter: float = V.checked(0.0, V.nonnegative)
+    seed: int = V.checked(0, V.integer, low=0)
 
     def __post_init__(self):
-        V.integer("batch_size", self.batch_size, low=1)
-        V.integer("num_workers", self.num_workers, low=0, high=1024)
-        V.integer("prefetch_factor", self.prefetch_factor, low=1)
-        V.integer("cores", self.cores, low=1, high=4096)
-        for name in ("read_s", "decode_s", "augment_s", "collate_s", "transfer_s", "receive_s",
-                     "copy_s", "compute_s", "worker_startup_s", "quantum_s", "jitter"):
-            V.nonnegative(name, getattr(self, name))
-        V.number("background", self.background, low=0, high=4096)
+        V.check_fields(self)
         if self.background and not self.quantum_s > 0:
             raise ValueError("background processes need a time slice: set quantum_s > 0")
-        V.integer("batches", self.batches, low=1)
-        V.integer("epochs", self.epochs, low=1)
-        V.integer("seed", self.seed, low=0)
 
     @property
     def load_cpu_s(self) -> float:

@@ -32,7 +32,7 @@ from typing import Callable
 
 import numpy as np
 
-from labkit.validate import ceil_div, integer, positive
+from labkit.validate import ceil_div, check_fields, checked, integer, positive
 
 
 def kv_usage(events, block_tokens: int, max_len: int) -> list[tuple[int, int, int, int]]:
@@ -86,20 +86,15 @@ class RequestStream:
     and an output length drawn from geometric distributions with means ``mean_prompt`` and
     ``mean_output`` (illustrative values, not a published workload), cut so that prompt +
     output <= ``max_len``; each running request decodes one token per step."""
-    requests: int = 48
-    max_len: int = 2048
-    mean_prompt: float = 200.0
-    mean_output: float = 300.0
-    arrivals: float = 0.25
-    seed: int = 0
+    requests: int = checked(48, integer, low=1)
+    max_len: int = checked(2048, integer, low=2)
+    mean_prompt: float = checked(200.0, positive)
+    mean_output: float = checked(300.0, positive)
+    arrivals: float = checked(0.25, positive)
+    seed: int = checked(0, integer, low=0)
 
     def __post_init__(self):
-        integer("requests", self.requests, low=1)
-        integer("max_len", self.max_len, low=2)
-        positive("mean_prompt", self.mean_prompt)
-        positive("mean_output", self.mean_output)
-        positive("arrivals", self.arrivals)
-        integer("seed", self.seed, low=0)
+        check_fields(self)
 
 
 def request_events(stream: RequestStream) -> list[tuple[int, int]]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from labkit.validate import integer, number, one_of
+from labkit.validate import check_fields, checked, integer, number, one_of
 
 DTYPES = ("float64", "float32")
 
@@ -29,26 +29,18 @@ DTYPES = ("float64", "float32")
 @dataclass(frozen=True)
 class DecoderConfig:
     """The decoder's shape. ``head_dim = d_model // n_heads`` (even: RoPE rotates pairs)."""
-    vocab: int = 96
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    n_kv_heads: int = 2
-    ffn: int = 128
-    rope_base: float = 10000.0
-    seed: int = 0
-    dtype: str = "float64"
+    vocab: int = checked(96, integer, low=2, high=65536)
+    d_model: int = checked(64, integer, low=2, high=4096)
+    n_layers: int = checked(2, integer, low=1, high=64)
+    n_heads: int = checked(4, integer, low=1, high=256)
+    n_kv_heads: int = checked(2, integer, low=1, high=256)
+    ffn: int = checked(128, integer, low=1, high=65536)
+    rope_base: float = checked(10000.0, number, low=1, low_open=True)
+    seed: int = checked(0, integer, low=0)
+    dtype: str = checked("float64", one_of, options=DTYPES)
 
     def __post_init__(self):
-        limits = {"vocab": (2, 65536), "d_model": (2, 4096), "n_layers": (1, 64),
-                  "n_heads": (1, 256), "n_kv_heads": (1, 256), "ffn": (1, 65536),
-                  "seed": (0, None)}
-        for name, (low, high) in limits.items():      # 7.0 -> 7: the fields are ints after
-            object.__setattr__(self, name, integer(name, getattr(self, name), low=low,
-                                                   high=high))
-        object.__setattr__(self, "rope_base", number("rope_base", self.rope_base, low=1,
-                                                     low_open=True))
-        one_of("dtype", self.dtype, DTYPES)
+        check_fields(self)                  # 7.0 -> 7: the int fields are ints after
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads}")
         if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
