@@ -1,6 +1,10 @@
-"""The chapter map: one list that chapter 00's table, the tests and the README use."""
+"""The chapter map: one list that chapter 00's table, the tests and the README use.
+
+The list itself is data, :data:`CHAPTERS_CSV` (``labkit/chapters.csv``); a new chapter is a
+row there."""
 from __future__ import annotations
 
+import csv
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,21 +25,34 @@ class Chapter:
         return f"{self.number:02d}_{self.slug}.ipynb"
 
 
-CHAPTERS = (
-    Chapter(0, "start_here", "Start here", "environment and device report; widgets, checks, grading"),
-    Chapter(1, "dl_systems_stack", "The DL systems stack", "a training step traced from Python down; rooflines; CPU vs GPU"),
-    Chapter(2, "autodiff", "Computation graphs and autodiff", "build autograd; forward vs reverse mode; static graphs and passes"),
-    Chapter(3, "training_vs_inference", "Training vs inference", "FLOPs and saved activations per phase; precision; batch size"),
-    Chapter(4, "gpu_cuda", "GPU architecture and CUDA", "SIMT, divergence, coalescing, bank conflicts, occupancy"),
-    Chapter(5, "fast_kernels", "Writing fast kernels", "reduction, scan, matmul from naive to tiled; roofline"),
-    Chapter(6, "memory", "Memory management", "training-memory budget; caching allocator; checkpointing"),
-    Chapter(7, "data_pipelines", "Data pipelines", "finding a data-loading bottleneck; workers, prefetch, caching"),
-    Chapter(8, "compute_efficiency", "Compute efficiency", "fusion, mixed precision, quantization, pruning, distillation"),
-    Chapter(9, "data_parallel", "Data parallelism and collectives", "AllReduce algorithms and cost; real gloo runs; DP vs DDP"),
-    Chapter(10, "model_parallel", "Model parallelism", "pipeline schedules, tensor parallelism, ZeRO, 3D planner"),
-    Chapter(11, "scheduling_faults", "Scheduling and fault tolerance", "cluster scheduling, stragglers, checkpoint interval"),
-    Chapter(12, "performance_eval", "Performance evaluation", "benchmarking method, profiling, deployment"),
-)
+CHAPTERS_CSV = Path(__file__).with_name("chapters.csv")
+_COLUMNS = ["number", "slug", "title", "experiments"]
+
+
+def _read_chapters(table: Path = CHAPTERS_CSV) -> tuple[Chapter, ...]:
+    """The chapters listed in ``table`` (``labkit/chapters.csv``: one row per chapter, columns
+    number, slug, title, experiments), checked: that header, numbers 0, 1, 2, … in order, and
+    no empty field (a ValueError names the file, the row and what is wrong)."""
+    with open(table, newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    if not rows or rows[0] != _COLUMNS:
+        raise ValueError(f"{table}: the header must be {','.join(_COLUMNS)}, "
+                         f"got {','.join(rows[0]) if rows else 'an empty file'}")
+    chapters = []
+    for line, row in enumerate(rows[1:], start=2):
+        if len(row) != len(_COLUMNS) or not all(field.strip() for field in row):
+            raise ValueError(f"{table}, line {line}: a chapter needs all of "
+                             f"{', '.join(_COLUMNS)}, none empty; got {row}")
+        if row[0] != str(len(chapters)):
+            raise ValueError(f"{table}, line {line}: chapters are numbered 0, 1, 2, … in "
+                             f"order; expected {len(chapters)}, got {row[0]!r}")
+        chapters.append(Chapter(int(row[0]), *row[1:]))
+    if not chapters:
+        raise ValueError(f"{table}: no chapter rows below the header")
+    return tuple(chapters)
+
+
+CHAPTERS = _read_chapters()
 
 
 def chapter_map(notebooks: Path = REPO / "notebooks") -> str:

@@ -86,3 +86,40 @@ def test_chapter_map_links_only_existing_notebooks(tmp_path):
     table = course.chapter_map(tmp_path)
     assert "[Computation graphs and autodiff](02_autodiff.ipynb)" in table
     assert "Memory management *(in preparation)*" in table
+
+
+def _table(tmp_path, text):
+    table = tmp_path / "chapters.csv"
+    table.write_text(text, encoding="utf-8")
+    return table
+
+
+def test_chapters_are_read_from_the_csv_in_order():
+    assert [ch.number for ch in course.CHAPTERS] == list(range(13))
+    assert course.CHAPTERS[6] == course.Chapter(6, "memory", "Memory management",
+                                                "training-memory budget; caching allocator; "
+                                                "checkpointing")
+    assert course.CHAPTERS[0].experiments == ("environment and device report; widgets, "
+                                              "checks, grading")     # a quoted field
+
+
+@pytest.mark.parametrize("text, says", [
+    ("", "the header must be number,slug,title,experiments"),
+    ("number,slug,name,experiments\n0,a,A,x\n", "the header must be"),
+    ("number,slug,title,experiments\n", "no chapter rows"),
+])
+def test_a_table_without_its_header_or_rows_is_refused(tmp_path, text, says):
+    with pytest.raises(ValueError, match=says):
+        course._read_chapters(_table(tmp_path, text))
+
+
+@pytest.mark.parametrize("rows, says", [
+    ("0,a,A,x\n2,b,B,y\n", r"line 3: chapters are numbered 0, 1, 2, … in order; expected 1"),
+    ("1,a,A,x\n", r"line 2: .*expected 0, got '1'"),
+    ("0,a,,x\n", r"line 2: a chapter needs all of number, slug, title, experiments, none empty"),
+    ("0,a,A\n", r"line 2: a chapter needs all of"),
+])
+def test_a_row_out_of_order_or_with_an_empty_field_is_refused(tmp_path, rows, says):
+    table = _table(tmp_path, "number,slug,title,experiments\n" + rows)
+    with pytest.raises(ValueError, match=says):
+        course._read_chapters(table)

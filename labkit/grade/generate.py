@@ -322,7 +322,7 @@ def update_readme(readme: Path = README, solutions: Path = SOLUTIONS, *,
         return []
     if not check_only:
         readme.write_text(new, encoding="utf-8")
-    return [f"{readme.name}: chapter table out of date with labkit/course.py and solutions/ "
+    return [f"{readme.name}: chapter table out of date with labkit/chapters.csv and solutions/ "
             f"(run `make notebooks`)"]
 
 
