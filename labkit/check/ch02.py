@@ -368,7 +368,7 @@ def _(answer, ref, rng):
 
 @exercise("2.14", "indexing backward (repeated indices add up)",
           reference=_rules.getitem_backward, binds="getitem_backward",
-          answers=("labkit.autograd.ops:_getitem_vjp",))
+          answers=(OPS["getitem"].vjp,))
 def _(answer, ref, rng):
     torch = _torch()
     for shape, index, what in _index_cases(rng):

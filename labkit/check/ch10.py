@@ -22,7 +22,7 @@ from labkit.check.ch10_runs import (_PLANS, _as_route, _drawn_plan, _moe_problem
                                     first_stage_run, judge_fsdp, judge_moe, judge_tp,
                                     judge_zero, row_parallel_run)
 from labkit.check.core import Wrong, exercise, expect_close
-from labkit.check.formula import equals, formula_exercise
+from labkit.check.formula import equals, formula_exercise, scaled
 from labkit.memory.estimator import activation_bytes_per_layer
 from labkit.parallel import fsdp_lab, moe, moe_lab, mp_labs, mp_real, tp_lab, zero, zero_lab
 from labkit.parallel.pipeline import pipeline_schedule, stage_order
@@ -207,7 +207,7 @@ formula_exercise(
          "that is ZeRO-1 (only optimizer states split)."),
         (_sharded(lambda psi, dp: 16 * psi),
          "16Ψ is plain data parallelism; ZeRO-3 divides all model states by dp."),
-        (lambda got, psi, dp: any(math.isclose(got, k * psi / dp, rel_tol=1e-6) for k in (12, 8)),
+        (scaled(lambda psi, dp: psi / dp, 12, 8, rtol=1e-6),
          "count all of mixed-precision Adam's 16 bytes per parameter: fp16 weights (2) + fp16 "
          "gradients (2) + fp32 master weights, momentum, variance (12).")],
     hint="Rajbhandari et al. §5: (2 + 2 + 12)·Ψ / Nd.")
