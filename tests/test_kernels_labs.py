@@ -193,6 +193,31 @@ def test_registers_from_the_tracer_without_a_compiler():
     assert none.array_words == 0 and none.memory_arrays == ()
 
 
+def test_the_compilers_subprocess_imports_what_a_library_kernel_calls():
+    """registers() compiles a kernel from its factory's source in a subprocess: the numbers
+    the factory reads go there as values, the modules and the library's device functions it
+    calls as where to import them from; a notebook's own function (``__main__``) cannot be
+    imported there and is not named."""
+    from labkit.kernels.registers import _constants, _imports
+    fast = lib.reduce_fast(64, 4)
+    assert _constants(fast) == {"GRID_MASK": lib.GRID_MASK, "block": 64, "n_warps": 2,
+                                "unroll": 4}
+    assert _imports(fast) == {"warp_sum": ("labkit.kernels.library.reductions", "warp_sum")}
+    assert _imports(lib.softmax_rows_block(32)) == {
+        "math": ("math", ""), "operator": ("operator", ""),
+        "sequential_tree": ("labkit.kernels.library.reductions", "sequential_tree")}
+
+    def helper(v):
+        return v
+    helper.__module__ = "__main__"      # as a function defined in a notebook is
+
+    def factory(cuda):
+        def kernel(a):
+            a[0] = helper(a[0])
+        return kernel
+    assert _imports(factory) == {}
+
+
 def _toolchain_env():
     """The environment, with ``$LABKIT_NVRTC_DIR`` (a folder holding NVIDIA's libnvrtc,
     which the course's environment does not install) on the library path if it is set."""

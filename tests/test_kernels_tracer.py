@@ -507,10 +507,22 @@ def test_shuffles_are_recorded_per_lane_and_site():
     sh = trace.shuffle_columns
     assert sh["block"].size == trace.shuffles == 2 * 64 * 5
     assert set(sh["occurrence"].tolist()) == set(range(5))       # 5 steps per lane
-    (line,) = {trace.sites[s] for s in sh["site"]}
-    source = inspect.getsource(lib.reduce_warp(64)).splitlines()
-    first = lib.reduce_warp(64).__code__.co_firstlineno
+    (line,) = {trace.sites[s] for s in sh["site"]}      # the line of warp_sum's shuffle
+    source, first = inspect.getsourcelines(lib.reductions.warp_sum)
     assert "shfl_down_sync" in source[line - first]
+
+
+def test_a_device_function_is_the_python_function_under_the_tracer():
+    """``cuda.jit(device=True, ...)`` (library.sizes.device) returns the function itself
+    under the tracer; a kernel is launched, never jitted there (ValueError naming device)."""
+    from labkit.kernels.traced_cuda import FakeCuda
+
+    def twice(v):
+        return 2 * v
+    assert FakeCuda.jit(device=True, inline="always")(twice) is twice
+    assert FakeCuda.jit(twice, device=True) is twice
+    with pytest.raises(ValueError, match="device"):
+        FakeCuda.jit(twice)
 
 
 def _signature(trace):

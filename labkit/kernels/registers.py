@@ -6,7 +6,8 @@ and ``ptxas -v`` assembles it for one architecture and prints "Used N registers"
 approach of ``benchmarks/ptx_report.py``; no GPU needed). That needs numba-cuda's
 libnvvm and libnvrtc and a ``ptxas``, which the course's environment does not install;
 labkit runs numba on its CUDA simulator, which compiles nothing, so the compiler runs in
-a subprocess with the simulator off, on the kernel's source and the numbers it uses.
+a subprocess with the simulator off, on the kernel's source, the numbers it uses and the
+modules and library device functions it calls (imported there).
 
 Without a toolchain the count is the tracer's: the 32-bit words of the kernel's local
 arrays that it keeps in registers (every index a compile-time constant, see
@@ -105,9 +106,9 @@ def _numba_type(arg: Any) -> str:
     raise TypeError(f"no numba type for an argument of type {type(arg).__name__}")
 
 
-def _constants(fn: Callable) -> dict[str, Any]:
-    """The numbers (and tuples of numbers) the factory's code reads from its globals and
-    closure: what the kernel's source needs besides ``cuda`` and ``math``."""
+def _reads(fn: Callable) -> dict[str, Any]:
+    """The values of the names the factory's code (its nested functions included) reads
+    from its globals and closure, by name."""
     names: set[str] = set()
     stack = [fn.__code__]
     while stack:
@@ -121,20 +122,47 @@ def _constants(fn: Callable) -> dict[str, Any]:
             scope[name] = cell.cell_contents
         except ValueError:
             pass
+    return {n: scope[n] for n in sorted(names) if n in scope}
 
+
+def _constants(fn: Callable) -> dict[str, Any]:
+    """The numbers (and tuples of numbers) the factory's code reads from its globals and
+    closure: what the kernel's source needs besides ``cuda``, ``math`` and
+    :func:`_imports`."""
     def plain(v):
         return isinstance(v, (int, float, bool)) or (
             isinstance(v, tuple) and all(isinstance(x, (int, float)) for x in v))
-    return {n: scope[n] for n in sorted(names) if n in scope and plain(scope[n])}
+    return {n: v for n, v in _reads(fn).items() if plain(v)}
+
+
+def _imports(fn: Callable) -> dict[str, tuple[str, str]]:
+    """The modules, and the functions of importable modules, that the factory's code reads
+    from its globals and closure (``operator``; the library's device functions, such as
+    :func:`~labkit.kernels.library.reductions.warp_sum`): name -> (module, attribute, or
+    "" for the module itself), for the compiler's subprocess to import. A notebook's
+    functions (``__main__``) cannot be imported there and are left out."""
+    found: dict[str, tuple[str, str]] = {}
+    for name, value in _reads(fn).items():
+        if isinstance(value, types.ModuleType) and value.__name__ != "__main__":
+            found[name] = (value.__name__, "")
+        elif isinstance(value, types.FunctionType) and value.__module__ != "__main__":
+            module = sys.modules.get(value.__module__)
+            if getattr(module, value.__name__, None) is value:
+                found[name] = (value.__module__, value.__name__)
+    return found
 
 
 _SCRIPT = """
-import json, math, os, sys
+import importlib, json, math, os, sys
 os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
 from numba import cuda
 job = json.load(sys.stdin)
 ns = {"math": math, "cuda": cuda}
 ns.update(job["constants"])
+sys.path[:0] = [p for p in job["path"] if p not in sys.path]    # the caller's labkit
+for name, (module, attr) in job["imports"].items():
+    found = importlib.import_module(module)
+    ns[name] = getattr(found, attr) if attr else found
 exec(job["source"], ns)
 ptx, _ = cuda.compile_ptx(ns[job["name"]](cuda), job["signature"], cc=tuple(job["cc"]))
 print(json.dumps({"ptx": ptx}))
@@ -157,7 +185,8 @@ def ptxas_registers(kernel_fn: Callable, *args: Any, arch: str = ARCH,
     except (OSError, TypeError) as exc:
         return None, f"cannot read the kernel's source ({exc})"
     job = {"source": source, "name": kernel_fn.__code__.co_name,
-           "constants": _constants(kernel_fn), "signature": signature,
+           "constants": _constants(kernel_fn), "imports": _imports(kernel_fn),
+           "path": sys.path, "signature": signature,
            "cc": [int(arch[3]), int(arch[4:])]}
     try:
         run = subprocess.run([sys.executable, "-c", _SCRIPT], input=json.dumps(job),

@@ -1,7 +1,8 @@
 """The ``cuda`` a kernel sees under the tracer (:class:`FakeCuda`, the subset of
 ``numba.cuda`` labkit's kernels use): threadIdx, blockIdx, blockDim, gridDim, grid,
 shared.array, local.array, syncthreads, atomic.add/max/min,
-shfl_down_sync/shfl_up_sync/shfl_xor_sync/shfl_sync and syncwarp. Its arrays
+shfl_down_sync/shfl_up_sync/shfl_xor_sync/shfl_sync, syncwarp and jit(device=True) for
+device functions (plain Python calls here). Its arrays
 (:class:`TracedArray`) report each element read and write to the launch
 (:mod:`labkit.kernels.tracer`), which records it in the :class:`~labkit.kernels.trace.Trace`;
 the barriers of a block (:class:`_BlockSync`) hold its threads in lockstep.
@@ -352,6 +353,18 @@ class FakeCuda:
     @staticmethod
     def fma(a: Any, b: Any, c: Any) -> Any:
         return a * b + c
+
+    @staticmethod
+    def jit(fn: Callable | None = None, *, device: bool = False, **options: Any) -> Any:
+        """``cuda.jit(device=True, ...)`` (:func:`~labkit.kernels.library.sizes.device`):
+        under the tracer a device function is the Python function itself, run by the
+        thread that calls it (numba's options, ``inline`` and the rest, change nothing
+        here). A kernel is launched with :func:`~labkit.kernels.tracer.run_traced`, not
+        jitted: ``device=False`` is refused."""
+        if not device:
+            raise ValueError("device must be True: under the tracer cuda.jit makes device "
+                             "functions; launch a kernel with run_traced")
+        return (lambda f: f) if fn is None else fn
 
 
 # ---- which local arrays live in registers ------------------------------------------------

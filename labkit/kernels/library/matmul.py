@@ -45,7 +45,9 @@ from labkit.kernels.library.sizes import GRID_MASK, _check_pow2, named
 
 
 def matmul_naive(cuda):
-    """c[i, j] = sum_k a[i, k] b[k, j]; threadIdx.x walks *rows* i (uncoalesced c and a).
+    """c[i, j] = sum_k a[i, k] b[k, j]; threadIdx.x walks *rows* i (uncoalesced c and a):
+    ``i, j = cuda.grid(2)``, the thread's (x, y) in the grid, x = blockIdx.x * blockDim.x +
+    threadIdx.x.
 
     k counts in a ``while`` loop, not ``for k in range(...)``: numba wraps negative
     indices like Python, and the compiler does not bound a ``range`` counter, so each of
@@ -53,8 +55,7 @@ def matmul_naive(cuda):
     arithmetic per step (see the inner loop in ``benchmarks/ptx_report.py``).
     """
     def kernel(a, b, c):
-        i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-        j = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
+        i, j = cuda.grid(2)           # (x, y): threadIdx.x walks the rows i
         if i < c.shape[0] and j < c.shape[1]:
             acc = cuda.float32(0.0)   # float32 accumulate: an FP32 kernel
             k = 0
@@ -68,8 +69,7 @@ def matmul_naive(cuda):
 def matmul_coalesced(cuda):
     """The same, with threadIdx.x walking *columns* j: a warp reads a row of b, writes c."""
     def kernel(a, b, c):
-        j = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-        i = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
+        j, i = cuda.grid(2)           # (x, y): threadIdx.x walks the columns j
         if i < c.shape[0] and j < c.shape[1]:
             acc = cuda.float32(0.0)
             k = 0

@@ -21,12 +21,56 @@ negative-index wrap-around cost 4 integer instructions per load), all loads issu
 the first add; at ``unroll=8`` 46 for 8, 5.75 per element. The tail loop (fewer than
 ``unroll`` trips per thread) keeps the wrap-around: the compiler cannot bound ``i`` after
 the loop.
+
+Two steps are device functions that kernels call
+(:func:`~labkit.kernels.library.sizes.device`): :func:`warp_sum`, the shuffles that add a
+warp's 32 values (:func:`reduce_warp` and twice :func:`reduce_fast`), and
+:func:`sequential_tree`, the shared-memory tree of any associative operator (the row
+softmax's max and sum). Inlined, they compile to the SASS the kernels had with the loops
+written out (``benchmarks/ptx_report.py``: the same instructions).
 """
 from __future__ import annotations
 
 from functools import lru_cache
 
-from labkit.kernels.library.sizes import GRID_MASK, _check_pow2, named
+from labkit.kernels.library.sizes import GRID_MASK, _check_pow2, device, named
+
+
+def sequential_tree(cuda, block: int, combine):
+    """Device function ``tree(buf, t)``: ``buf[0] = combine(buf[0], ..., buf[block - 1])``
+    by the sequential tree (Harris's reduction #3): at step s = block/2, block/4, ..., 1
+    the threads t < s set ``buf[t] = combine(buf[t], buf[t + s])``, a barrier after each
+    step. ``combine`` is associative, a function numba compiles in a kernel (``max``,
+    ``operator.add``): the tree regroups its terms. Every thread of the block calls
+    ``tree`` after the barrier that follows its write of ``buf[t]``:
+    :func:`~labkit.kernels.library.softmax.softmax_rows_block` does, for the row's max and
+    then its sum. :func:`reduce_shared` writes this tree out for ``+``: it is exercise
+    5.1's reference, the kernel a learner writes whole, and the checks' tests state the
+    learner's mistakes as one-line changes of its source."""
+    @device(cuda)
+    def tree(buf, t):
+        s = block // 2
+        while s > 0:
+            if t < s:
+                buf[t] = combine(buf[t], buf[t + s])
+            cuda.syncthreads()
+            s //= 2
+    return tree
+
+
+def warp_sum(cuda):
+    """Device function ``total(v)``: the sum of ``v`` over the 32 lanes of a warp, in lane
+    0, by ``shfl_down_sync`` in 5 steps (offsets 16, 8, 4, 2, 1: lane L adds the value of
+    lane L + offset, no shared memory). Every lane of the warp calls it: a shuffle reads
+    the other lanes' registers."""
+    @device(cuda)
+    def total(v):
+        offset = 16
+        while offset > 0:
+            v += cuda.shfl_down_sync(0xFFFFFFFF, v, offset)
+            offset //= 2
+        return v
+    return total
 
 
 def reduce_atomic(cuda):
@@ -125,7 +169,8 @@ def reduce_shared(block: int = 64):
 
 @lru_cache(maxsize=None)
 def reduce_warp(block: int = 64):
-    """Warp-level reduction with ``shfl_down_sync``, then one shared word per warp.
+    """Warp-level reduction with ``shfl_down_sync`` (:func:`warp_sum`), then one shared
+    word per warp.
 
     Needs warp shuffles: the tracer and a real GPU run them; Numba's simulator has none,
     and labkit's simulator proxy (:mod:`labkit.kernels.numba_run`) emulates them with block
@@ -135,15 +180,13 @@ def reduce_warp(block: int = 64):
     n_warps = block // 32
 
     def factory(cuda):
+        warp_total = warp_sum(cuda)
+
         def kernel(a, out):
             sums = cuda.shared.array(n_warps, cuda.float32)
             t = cuda.threadIdx.x
             i = cuda.blockIdx.x * block + t
-            v = a[i] if i < a.size else cuda.float32(0.0)
-            offset = 16
-            while offset > 0:
-                v += cuda.shfl_down_sync(0xFFFFFFFF, v, offset)
-                offset //= 2
+            v = warp_total(a[i] if i < a.size else cuda.float32(0.0))
             if t % 32 == 0:
                 sums[t // 32] = v
             cuda.syncthreads()
@@ -165,8 +208,8 @@ def reduce_fast(block: int = 256, unroll: int = 4):
       array, each thread summing many elements in registers; ``unroll`` independent
       accumulators keep that many loads in flight per thread;
     * consecutive threads read consecutive elements (coalesced, each element read once);
-    * warp shuffles (``shfl_down_sync``) reduce 32 lanes without shared memory, then one
-      shared word per warp, then warp 0 reduces those;
+    * warp shuffles (``shfl_down_sync``, :func:`warp_sum`) reduce 32 lanes without shared
+      memory, then one shared word per warp, then warp 0 reduces those;
     * one ``atomic.add`` per block into ``out[0]`` (``out`` must start at 0).
 
     Written for the compiler (``benchmarks/ptx_report.py --only reduce_fast``): the block
@@ -182,6 +225,8 @@ def reduce_fast(block: int = 256, unroll: int = 4):
     n_warps = block // 32
 
     def factory(cuda):
+        warp_total = warp_sum(cuda)
+
         def kernel(a, out):
             sums = cuda.shared.array(n_warps, cuda.float32)
             t = cuda.threadIdx.x & (block - 1)      # no-op masks (blockDim is block) that
@@ -201,19 +246,12 @@ def reduce_fast(block: int = 256, unroll: int = 4):
             v = acc[0]
             for u in range(1, unroll):
                 v += acc[u]
-            offset = 16
-            while offset > 0:
-                v += cuda.shfl_down_sync(0xFFFFFFFF, v, offset)
-                offset //= 2
+            v = warp_total(v)
             if t % 32 == 0:
                 sums[t // 32] = v
             cuda.syncthreads()
             if t < 32:
-                w = sums[t] if t < n_warps else cuda.float32(0.0)
-                offset = 16
-                while offset > 0:
-                    w += cuda.shfl_down_sync(0xFFFFFFFF, w, offset)
-                    offset //= 2
+                w = warp_total(sums[t] if t < n_warps else cuda.float32(0.0))
                 if t == 0:
                     cuda.atomic.add(out, 0, w)
         return kernel

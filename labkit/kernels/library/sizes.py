@@ -1,7 +1,8 @@
 """What every kernel factory of the library shares: the check of its compile-time sizes
 (powers of two in a range), :data:`GRID_MASK`, the mask that lets the compiler prove an
-index built from the block index non-negative, and :func:`named`, the name a factory made
-for some sizes goes by.
+index built from the block index non-negative, :func:`named`, the name a factory made
+for some sizes goes by, and :func:`device`, the decorator of a function a kernel body
+calls.
 """
 from __future__ import annotations
 
@@ -34,3 +35,18 @@ def named(factory: Callable, name: str) -> Callable:
     sizes are told apart in traces, reports and test ids; returns it."""
     factory.__name__ = factory.__qualname__ = name
     return factory
+
+
+def device(cuda) -> Callable:
+    """The decorator of a function that a kernel body calls (a *device function*):
+    ``cuda.jit(device=True, inline="always")``. Give the function ``cuda`` (and the sizes
+    it needs) in a closure, as a kernel gets them: ``tree = sequential_tree(cuda, block,
+    max)`` in the factory, ``tree(buf, t)`` in the body.
+
+    numba compiles a function that a kernel calls only as a device function;
+    ``inline="always"`` inlines it in numba's IR, so the kernel compiles as if its body
+    were written out where it is called (one PTX function, no call), and compiles to PTX
+    without a GPU (numba-cuda compiles a device function it does not inline for the
+    current device, which takes a driver). Under the tracer (``FakeCuda.jit``) and Numba's
+    simulator it runs as the Python function, its accesses recorded at its own lines."""
+    return cuda.jit(device=True, inline="always")

@@ -13,9 +13,11 @@
 from __future__ import annotations
 
 import math
+import operator
 from functools import lru_cache
 
 from labkit.hardware import MAX_THREADS_PER_BLOCK
+from labkit.kernels.library.reductions import sequential_tree
 from labkit.kernels.library.sizes import _check_pow2, named
 
 
@@ -58,7 +60,9 @@ def softmax_rows_online(cuda):
 
 @lru_cache(maxsize=None)
 def softmax_rows_block(block: int = 32):
-    """One block per row: threads stride over the columns, shared-memory tree for max and sum.
+    """One block per row: threads stride over the columns, then the shared-memory tree
+    (:func:`~labkit.kernels.library.reductions.sequential_tree`) for the max, and again for
+    the sum.
 
     Reads each element 3 times, like the naive kernel, but a warp's reads are coalesced
     (consecutive threads read consecutive columns) and a row uses ``block`` threads.
@@ -66,6 +70,9 @@ def softmax_rows_block(block: int = 32):
     _check_pow2(block, "block", 2)
 
     def factory(cuda):
+        tree_max = sequential_tree(cuda, block, max)
+        tree_sum = sequential_tree(cuda, block, operator.add)
+
         def kernel(x, out):
             buf = cuda.shared.array(block, cuda.float32)
             t = cuda.threadIdx.x
@@ -76,12 +83,7 @@ def softmax_rows_block(block: int = 32):
                 m = max(m, x[r, c])
             buf[t] = m
             cuda.syncthreads()
-            s = block // 2
-            while s > 0:
-                if t < s:
-                    buf[t] = max(buf[t], buf[t + s])
-                cuda.syncthreads()
-                s //= 2
+            tree_max(buf, t)
             m = buf[0]
             cuda.syncthreads()
             d = 0.0
@@ -89,12 +91,7 @@ def softmax_rows_block(block: int = 32):
                 d += math.exp(x[r, c] - m)
             buf[t] = d
             cuda.syncthreads()
-            s = block // 2
-            while s > 0:
-                if t < s:
-                    buf[t] += buf[t + s]
-                cuda.syncthreads()
-                s //= 2
+            tree_sum(buf, t)
             d = buf[0]
             for c in range(t, n, block):
                 out[r, c] = math.exp(x[r, c] - m) / d
