@@ -37,6 +37,50 @@ def test_labkits_own_kernels_are_refused(ex, kernel):
     assert v.status == FAIL and "labkit's implementation" in v.message, v.message
 
 
+def tree_of_labkit(cuda):
+    """5.1 written around labkit's device function: the load and the write are the
+    learner's, the tree (the exercise) is labkit's."""
+    import operator
+    from labkit.kernels.library.reductions import sequential_tree
+    tree = sequential_tree(cuda, 64, operator.add)
+
+    def kernel(a, out):
+        buf = cuda.shared.array(64, cuda.float32)
+        t = cuda.threadIdx.x
+        i = cuda.blockIdx.x * 64 + t
+        buf[t] = a[i] if i < a.size else 0.0
+        cuda.syncthreads()
+        tree(buf, t)
+        if t == 0:
+            out[cuda.blockIdx.x] = buf[0]
+    return kernel
+
+
+def warp_of_labkit(cuda):
+    """5.1 with labkit's warp sum doing the adds of each warp."""
+    from labkit.kernels.library.reductions import warp_sum
+    total = warp_sum(cuda)
+
+    def kernel(a, out):
+        buf = cuda.shared.array(2, cuda.float32)
+        t = cuda.threadIdx.x
+        i = cuda.blockIdx.x * 64 + t
+        v = total(a[i] if i < a.size else 0.0)
+        if t % 32 == 0:
+            buf[t // 32] = v
+        cuda.syncthreads()
+        if t == 0:
+            out[cuda.blockIdx.x] = buf[0] + buf[1]
+    return kernel
+
+
+@pytest.mark.parametrize("kernel", [tree_of_labkit, warp_of_labkit])
+def test_5_1_a_kernel_built_on_labkits_device_functions_is_refused(kernel):
+    v = evaluate("5.1", kernel)
+    assert v.status == FAIL and "labkit's implementation" in v.message, v.message
+    assert evaluate("5.1", kernel, refuse=False).status == PASS     # it is right otherwise
+
+
 # ---- 5.1 a block reduction ---------------------------------------------------------------
 
 REDUCE = get("5.1").reference           # lib.reduce_shared(64)

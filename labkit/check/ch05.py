@@ -36,17 +36,20 @@ def _family(*factories) -> tuple:
     return tuple(out)
 
 
+# the device functions labkit's kernels share: a tree or a warp sum is the exercise itself
+TREES = ("labkit.kernels.library.reductions:sequential_tree", lib.reductions.sequential_tree,
+         "labkit.kernels.library.reductions:warp_sum", lib.reductions.warp_sum)
 REDUCTIONS = _family(("reduce_shared", lib.reduce_shared(BLOCK)),
                      ("reduce_strided", lib.reduce_strided(BLOCK)),
                      ("reduce_interleaved", lib.reduce_interleaved(BLOCK)),
-                     ("reduce_warp", lib.reduce_warp(BLOCK)))
+                     ("reduce_warp", lib.reduce_warp(BLOCK))) + TREES
 MATMULS = (lib.matmul_naive, lib.matmul_coalesced) + _family(
     ("matmul_tiled", lib.matmul_tiled(TILE)),
     ("matmul_register_blocked", lib.matmul_register_blocked(16, 4)),
     ("matmul_2d_blocked", lib.matmul_2d_blocked(16, 16, 8, 2, 2)))
 SOFTMAXES = (lib.softmax_rows_naive, lib.softmax_rows_online) + _family(
     ("softmax_rows_block", lib.softmax_rows_block(32)),
-    ("softmax_rows_warp", lib.softmax_rows_warp(4)))
+    ("softmax_rows_warp", lib.softmax_rows_warp(4))) + TREES
 
 def _block_inputs(rng, fixed: tuple[int, ...], shift: float):
     """The inputs of the one-block-per-BLOCK-elements kernels (5.1, 5.5): per size (the
