@@ -157,11 +157,11 @@ plt.show(); plt.close(fig)
 
 # %% id="cell-009"
 import tempfile, os
-path = os.path.join(tempfile.mkdtemp(), "snapshot.pickle")
 sim = CachingAllocator()
 keep = [sim.malloc(n) for n in (3 * MiB, 700, 12 * MiB)]
 sim.free(keep[0])
-snap = load_snapshot(save_snapshot(sim, path))
+with tempfile.TemporaryDirectory() as scratch:   # the file lives for this cell
+    snap = load_snapshot(save_snapshot(sim, os.path.join(scratch, "snapshot.pickle")))
 print(f"{len(snap.segments)} segments, reserved {format_size(snap.reserved_bytes)}, "
       f"allocated {format_size(snap.allocated_bytes)}")
 fig = plots.plot_segment_map(snap.segments, "segment map read back from a snapshot file")

@@ -44,7 +44,6 @@
 # %% id="cell-001"
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -61,7 +60,6 @@ from labkit.perf import (deploy, frameworks, metrics, papers, plots, profiling, 
 from labkit.timing import Timing, threads
 
 data = load_digits(seed=0)
-workdir = Path(tempfile.mkdtemp(prefix="ch12-"))
 
 
 # %% [markdown] id="cell-002"
@@ -622,7 +620,8 @@ check("12.10", int8_bytes)
 
 # %% id="deploy"
 # NBVAL_IGNORE_OUTPUT
-variants = deploy.variants(mlp, data.x_test, data.y_test, workdir, requests=100)
+with tempfile.TemporaryDirectory(prefix="ch12-") as workdir:   # the exported files
+    variants = deploy.variants(mlp, data.x_test, data.y_test, workdir, requests=100)
 shape = [(64, 128), (128, 10)]
 print(deploy.format_payload(shape, int8_bytes(shape)))
 for v_ in variants:

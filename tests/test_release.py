@@ -133,6 +133,13 @@ def test_no_reference_text_is_left_in_any_file(built):
                 text = "\n".join(c.source for c in nb.cells)
             files[path] = [ln.strip() for ln in text.splitlines() if ln.strip()]
     checkout = _checkout_lines()
+    shingled: dict[tuple[str, int], set] = {}    # (path, window) -> its shingles, made once
+
+    def shingles_of(path, lines, window):
+        if (path, window) not in shingled:
+            shingled[path, window] = _shingles(lines, window)
+        return shingled[path, window]
+
     found, checked = [], 0
     for ex_id, ex in registry.load_all().items():
         if ex.reference is None:
@@ -142,14 +149,14 @@ def test_no_reference_text_is_left_in_any_file(built):
         own = {s for s in _shingles(body, window) if sum(map(len, s)) >= 40}
         home = str(release.definition_span(ex.reference)[0])
         for path, lines in checkout.items():
-            shared = own & _shingles(lines, window)
+            shared = own & shingles_of(path, lines, window)
             if path == home:      # the reference's own file: only what occurs twice there
                 shared = {s for s in shared if sum(
                     lines[i:i + window] == list(s) for i in range(len(lines))) > 1}
             own -= shared
         checked += bool(own)
         for path, lines in files.items():
-            hit = own & _shingles(lines, window)
+            hit = own & shingles_of(path, lines, window)
             if hit:
                 found.append(f"{ex_id}: {path.relative_to(out)}: {next(iter(hit))}")
     assert checked >= 40, checked

@@ -27,6 +27,7 @@ from labkit.memory.estimator import activation_bytes_per_layer
 from labkit.parallel import fsdp_lab, moe, moe_lab, mp_labs, mp_real, tp_lab, zero, zero_lab
 from labkit.parallel.pipeline import pipeline_schedule, stage_order
 from labkit.parallel.planner_cost import GPTModel, plan_memory
+from labkit.validate import ceil_div
 
 
 def one_f_one_b_order(stages, microbatches, stage):
@@ -227,7 +228,7 @@ def _(answer, ref, rng):
         if np.isclose(got, want, rtol=1e-6):
             continue
         m = model.batch // (d * b)
-        in_flight, lps = min(p, m), -(-model.layers // p)
+        in_flight, lps = min(p, m), ceil_div(model.layers, p)
         states = 16 * math.ceil(model.params / (t * p))
         stash = 2 * model.seq * b * model.hidden            # 2sbh per layer, full recompute
         work = activation_bytes_per_layer(model.seq, b, model.hidden, model.heads, t)

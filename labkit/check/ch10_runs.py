@@ -14,6 +14,7 @@ from labkit.check.core import Wrong, expect_close
 from labkit.check.handles import UsesLabkit
 from labkit.parallel import collectives, moe, mp_labs
 from labkit.parallel.planner import GPTModel
+from labkit.validate import ceil_div
 
 
 def _seed(rng) -> int:
@@ -103,7 +104,7 @@ def judge_zero(results: list, base: dict, sizes, world: int = mp_labs.WORLD,
     _worker_verdict(results, "class")
     calls = results[0]["calls"]
     numel = base["numel"]
-    padded = world * -(-numel // world)
+    padded = world * ceil_div(numel, world)
     for step in range(len(base["params"])):
         ops = [c for c in calls if c["step"] == step and c["phase"] == "step"]
         names = {c["op"] for c in ops}

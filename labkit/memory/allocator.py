@@ -221,7 +221,7 @@ class CachingAllocator(ExpandableSegments, AllocatorSnapshot):
         elif self._round_divisions:
             size = round_size(nbytes, self.config)
         else:
-            size = -(-nbytes // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
+            size = validate.ceil_div(nbytes, K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
         small = size <= K_SMALL_SIZE
         pool = self._pools[0] if small else self._pools[1]
         core = self.core
@@ -417,7 +417,7 @@ class CachingAllocator(ExpandableSegments, AllocatorSnapshot):
         addr = next(self.segment_addresses, None) if self.segment_addresses is not None else None
         if addr is None:
             addr = self._next_addr
-            self._next_addr += -(-alloc_size // SEGMENT_ALIGN) * SEGMENT_ALIGN
+            self._next_addr += validate.ceil_div(alloc_size, SEGMENT_ALIGN) * SEGMENT_ALIGN
         seg = DeviceSegment(addr, alloc_size, pool, False)
         self._segments[addr] = seg
         block = Block(addr, alloc_size, pool, seg, self)

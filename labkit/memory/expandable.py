@@ -19,6 +19,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 
 from labkit.memory.blocks import Block, DeviceSegment, Pool
+from labkit.validate import ceil_div
 
 
 class ExpandableSegments:
@@ -29,8 +30,8 @@ class ExpandableSegments:
         page = pool.page
         space = (self.capacity if self.capacity is not None else 1 << 40)
         space = space + space // 8   # "1 1/8 the total memory on the GPU"
-        space = -(-space // page) * page
-        addr = -(-self._next_addr // page) * page
+        space = ceil_div(space, page) * page
+        addr = ceil_div(self._next_addr, page) * page
         self._next_addr = addr + space
         seg = DeviceSegment(addr, space, pool, True)
         self._segments[addr] = seg
@@ -56,7 +57,7 @@ class ExpandableSegments:
 
     def _map_block(self, to_map: Block, size: int) -> bool:
         pool = to_map.pool
-        mapped = min(-(-size // pool.page) * pool.page, to_map.size)
+        mapped = min(ceil_div(size, pool.page) * pool.page, to_map.size)
         if self.capacity is not None and self.reserved + mapped > self.capacity:
             return False
         del pool.unmapped[bisect_left(pool.unmapped, to_map.addr)]
@@ -97,7 +98,7 @@ class ExpandableSegments:
     def _unmap_block(self, block: Block) -> None:
         pool, seg, page = block.pool, block.seg, block.pool.page
         start, end = block.addr, block.addr + block.size
-        ustart = seg.base + -(-(start - seg.base) // page) * page
+        ustart = seg.base + ceil_div(start - seg.base, page) * page
         uend = seg.base + ((end - seg.base) // page) * page
         if uend <= ustart:
             return

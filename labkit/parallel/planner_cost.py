@@ -154,9 +154,9 @@ def plan_memory(model: GPTModel, tp: int, pp: int, dp: int, microbatch: int,
     :func:`~labkit.parallel.pipeline.peak_stash` of stage 0: min(p, m) micro-batches under
     1F1B (m < p keeps only m), chunk-forwards of l/(p·v) layers interleaved."""
     m = model.batch // (dp * microbatch)
-    local = int(-(-model.params // (tp * pp)))
+    local = int(V.ceil_div(model.params, tp * pp))
     st = model_state_bytes(local, "mixed", "adam", zero, dp)
-    lps = -(-model.layers // pp)
+    lps = V.ceil_div(model.layers, pp)
     if chunks > 1:
         in_flight = peak_stash("interleaved", pp, m, 0, chunks) * lps / chunks
     else:
@@ -189,7 +189,7 @@ def plan_time(model: GPTModel, cl: GPUCluster, tp: int, pp: int, dp: int, microb
     n = tp * pp * dp
     m = model.batch // (dp * microbatch)
     v = chunks
-    lps = -(-model.layers // pp)
+    lps = V.ceil_div(model.layers, pp)
     groups = _groups(cl, tp, pp, dp)
     gemm_mb = model.flops(recompute) / (n * m * cl.peak_flops * efficiency)
     tr = layer_traffic_bytes(model.seq, microbatch, model.hidden, model.heads, tp,

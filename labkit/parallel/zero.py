@@ -169,7 +169,7 @@ class ZeroAdam:
         self.lr, self.betas, self.eps, self.weight_decay = lr, tuple(betas), eps, weight_decay
         self.world, self.rank = dist.get_world_size(), dist.get_rank()
         self.numel = sum(p.numel() for p in self.params)
-        self.shard = -(-self.numel // self.world)
+        self.shard = V.ceil_div(self.numel, self.world)
         self.m = torch.zeros(self.shard, dtype=self.params[0].dtype)
         self.v = torch.zeros_like(self.m)
         self.t = 0
