@@ -38,8 +38,18 @@ LONGEST_FIRST = [
 ]
 RANK = {path: k for k, path in enumerate(LONGEST_FIRST)}
 
+# Files whose tests run JAX in the worker's own process. JAX starts threads, and a process
+# that forks after that may deadlock (JAX warns so): a worker hands out DataLoader workers
+# (tests/test_dataload_measure.py) and forked ranks. Sent last, a worker that has run one
+# of these gets only these after it (xdist hands files out in this order).
+JAX_LAST = ["tests/test_autograd_frameworks.py", "tests/test_perf_machine.py",
+            "tests/test_perf_metrics.py"]
+
 
 def pytest_collection_modifyitems(session, config, items):
-    """Files of LONGEST_FIRST first, in its order; the rest after, as collected (a stable
-    sort: every worker computes the same order, as xdist requires)."""
-    items.sort(key=lambda item: RANK.get(item.nodeid.split("::", 1)[0], len(RANK)))
+    """Files of LONGEST_FIRST first, in its order; the rest after, as collected; JAX_LAST's
+    at the end (a stable sort: every worker computes the same order, as xdist requires)."""
+    def key(item):
+        path = item.nodeid.split("::", 1)[0]
+        return path in JAX_LAST, RANK.get(path, len(RANK))
+    items.sort(key=key)
