@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from labkit.check.core import Wrong, exercise, expect_close, expect_entry
+from labkit.check.core import Wrong, exercise, expect_close, expect_equal
 from labkit.check.formula import check_formula, drawn_cases, equals, formula_exercise
 from labkit.dataload import fake
 from labkit.dataload.cifar import decode_record
@@ -496,9 +496,10 @@ def _(answer, ref, rng):
         if got["built"] < want["built"]:
             raise Wrong(f"{call} decoded {got['built']} images when it was built: decode all "
                         f"{n} then, so no epoch pays a decode.")
-        expect_entry(got, want, "len", f"len({call})", "as many items as the dataset.")
-        expect_entry(got, want, "stored_bytes", f"{call}.stored_bytes",
-                     "the bytes of the decoded pixels it holds.", spec=",")
+        expect_equal(got["len"], want["len"], f"len({call})",
+                     hint="as many items as the dataset.")
+        expect_equal(got["stored_bytes"], want["stored_bytes"], f"{call}.stored_bytes",
+                     hint="the bytes of the decoded pixels it holds.")
         if got["labels"] != want["labels"]:
             raise Wrong(f"{call}: item i's label is dataset.labels[i % {n}].")
         px = got["pixels"]

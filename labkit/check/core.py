@@ -315,16 +315,6 @@ def expect_equal(got: Any, want: Any, what: str, *, hint: str = "") -> None:
         raise Wrong(_join(f"{what} = {got!r}, expected {want!r}.", hint))
 
 
-def expect_entry(got: dict, want: dict, key: str, what: str, why: str, *,
-                 spec: str = "") -> None:
-    """Raise :class:`Wrong` ``"{what} = {got[key]}, expected {want[key]}: {why}"`` unless
-    the answer's report ``got`` and the reference's ``want`` (two ``derive`` results) agree
-    on ``key``; ``spec`` formats both values (``","``: a byte count with thousands
-    separators)."""
-    if got[key] != want[key]:
-        raise Wrong(f"{what} = {got[key]:{spec}}, expected {want[key]:{spec}}: {why}")
-
-
 def expect_raises(fn: Callable, exc_type: type[BaseException], what: str, *,
                   hint: str = "") -> None:
     try:
